@@ -1,0 +1,408 @@
+//! In-memory CRI runtime for unit tests and benchmarks (upstream
+//! `pkg/kubelet/container/testing/fake_runtime.go` and cri-api's fake services).
+//!
+//! It keeps sandboxes, containers and images in maps, answers every trait call
+//! as containerd would for the state it holds, records calls, and lets a test
+//! inject an error for the next call of a method, hang `ContainerStatus` for one
+//! container, or make a container exit.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use crate::pb::{self, ContainerState, PodSandboxState};
+use crate::service::{ImageService, RuntimeService, labels_match};
+use crate::{CriError, Result};
+
+#[derive(Default)]
+struct State {
+    sandboxes: HashMap<String, (pb::PodSandboxStatus, pb::PodSandboxConfig)>,
+    containers: HashMap<String, (pb::ContainerStatus, String)>,
+    images: HashMap<String, pb::Image>,
+    missing_images: HashSet<String>,
+    fail_next: HashMap<&'static str, Vec<CriError>>,
+    hang_status: HashSet<String>,
+    calls: Vec<&'static str>,
+    down: bool,
+}
+
+/// In-memory runtime. Cheap to clone; clones share state.
+#[derive(Clone, Default)]
+pub struct FakeRuntime {
+    state: Arc<Mutex<State>>,
+    ids: Arc<AtomicU64>,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl FakeRuntime {
+    /// An empty runtime where every image pull succeeds.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn next_id(&self, prefix: &str) -> String {
+        format!("{prefix}{:08}", self.ids.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Makes pulls of `image` fail as a registry 404 would.
+    pub fn set_image_missing(&self, image: &str) {
+        self.state.lock().missing_images.insert(image.to_string());
+    }
+
+    /// Adds `image` as already present on the node.
+    pub fn add_image(&self, image: &str) {
+        let mut st = self.state.lock();
+        st.images.insert(
+            image.to_string(),
+            pb::Image {
+                id: format!("sha256:{image}"),
+                repo_tags: vec![image.to_string()],
+                size: 1,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// The next call of `op` (a CRI method name such as `"CreateContainer"`) fails with `err`.
+    pub fn fail_next(&self, op: &'static str, err: CriError) {
+        self.state.lock().fail_next.entry(op).or_default().push(err);
+    }
+
+    /// `ContainerStatus` for `container_id` never answers (until the caller's deadline).
+    pub fn hang_container_status(&self, container_id: &str) {
+        self.state.lock().hang_status.insert(container_id.to_string());
+    }
+
+    /// Every call fails with `Unavailable` while `down` is true.
+    pub fn set_down(&self, down: bool) {
+        self.state.lock().down = down;
+    }
+
+    /// The container's process exits with `code`.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        if let Some((st, _)) = self.state.lock().containers.get_mut(id) {
+            st.state = ContainerState::ContainerExited as i32;
+            st.exit_code = code;
+            st.finished_at = now_ns();
+            st.reason = if code == 0 { "Completed" } else { "Error" }.to_string();
+        }
+    }
+
+    /// Marks the sandbox NotReady, as when its pause process dies.
+    pub fn kill_sandbox(&self, id: &str) {
+        if let Some((st, _)) = self.state.lock().sandboxes.get_mut(id) {
+            st.state = PodSandboxState::SandboxNotready as i32;
+        }
+    }
+
+    /// Method names called so far, in order.
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.state.lock().calls.clone()
+    }
+
+    /// How many times `op` was called.
+    pub fn call_count(&self, op: &str) -> usize {
+        self.state.lock().calls.iter().filter(|c| **c == op).count()
+    }
+
+    /// Forgets recorded calls.
+    pub fn clear_calls(&self) {
+        self.state.lock().calls.clear();
+    }
+
+    /// Every container status, for assertions.
+    pub fn containers(&self) -> Vec<pb::ContainerStatus> {
+        self.state.lock().containers.values().map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Every sandbox status, for assertions.
+    pub fn sandboxes(&self) -> Vec<pb::PodSandboxStatus> {
+        self.state.lock().sandboxes.values().map(|(s, _)| s.clone()).collect()
+    }
+
+    fn enter(&self, op: &'static str) -> Result<()> {
+        let mut st = self.state.lock();
+        st.calls.push(op);
+        if st.down {
+            return Err(CriError::Unavailable {
+                op,
+                message: "connection refused".to_string(),
+            });
+        }
+        if let Some(errs) = st.fail_next.get_mut(op)
+            && !errs.is_empty()
+        {
+            return Err(errs.remove(0));
+        }
+        Ok(())
+    }
+}
+
+fn not_found(op: &'static str, what: &str) -> CriError {
+    CriError::NotFound {
+        op,
+        message: format!("{what} not found"),
+    }
+}
+
+#[async_trait::async_trait]
+impl RuntimeService for FakeRuntime {
+    async fn version(&self) -> Result<pb::VersionResponse> {
+        self.enter("Version")?;
+        Ok(pb::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "1.0.0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn status(&self) -> Result<pb::RuntimeStatus> {
+        self.enter("Status")?;
+        let cond = |t: &str| pb::RuntimeCondition {
+            r#type: t.into(),
+            status: true,
+            ..Default::default()
+        };
+        Ok(pb::RuntimeStatus {
+            conditions: vec![cond("RuntimeReady"), cond("NetworkReady")],
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: pb::PodSandboxConfig, handler: &str) -> Result<String> {
+        self.enter("RunPodSandbox")?;
+        let id = self.next_id("sb");
+        let n = self.ids.load(Ordering::Relaxed);
+        let status = pb::PodSandboxStatus {
+            id: id.clone(),
+            metadata: config.metadata.clone(),
+            state: PodSandboxState::SandboxReady as i32,
+            created_at: now_ns(),
+            network: Some(pb::PodSandboxNetworkStatus {
+                ip: format!("10.88.{}.{}", (n / 250) % 250, n % 250 + 2),
+                additional_ips: vec![],
+            }),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            runtime_handler: handler.to_string(),
+            ..Default::default()
+        };
+        self.state.lock().sandboxes.insert(id.clone(), (status, config));
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        self.enter("StopPodSandbox")?;
+        let mut st = self.state.lock();
+        if let Some((s, _)) = st.sandboxes.get_mut(id) {
+            s.state = PodSandboxState::SandboxNotready as i32;
+        }
+        let now = now_ns();
+        for (c, sb) in st.containers.values_mut() {
+            if sb == id && c.state != ContainerState::ContainerExited as i32 {
+                c.state = ContainerState::ContainerExited as i32;
+                c.exit_code = 137;
+                c.finished_at = now;
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        self.enter("RemovePodSandbox")?;
+        let mut st = self.state.lock();
+        st.sandboxes.remove(id);
+        st.containers.retain(|_, (_, sb)| sb != id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<pb::PodSandboxStatus> {
+        self.enter("PodSandboxStatus")?;
+        let st = self.state.lock();
+        st.sandboxes
+            .get(id)
+            .map(|(s, _)| s.clone())
+            .ok_or_else(|| not_found("PodSandboxStatus", id))
+    }
+
+    async fn list_pod_sandbox(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<pb::PodSandbox>> {
+        self.enter("ListPodSandbox")?;
+        let f = filter.unwrap_or_default();
+        let st = self.state.lock();
+        Ok(st
+            .sandboxes
+            .values()
+            .map(|(s, _)| s)
+            .filter(|s| f.id.is_empty() || s.id == f.id)
+            .filter(|s| f.state.as_ref().is_none_or(|v| v.state == s.state))
+            .filter(|s| labels_match(&f.label_selector, &s.labels))
+            .map(|s| pb::PodSandbox {
+                id: s.id.clone(),
+                metadata: s.metadata.clone(),
+                state: s.state,
+                created_at: s.created_at,
+                labels: s.labels.clone(),
+                annotations: s.annotations.clone(),
+                runtime_handler: s.runtime_handler.clone(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: pb::ContainerConfig,
+        _sandbox_config: pb::PodSandboxConfig,
+    ) -> Result<String> {
+        self.enter("CreateContainer")?;
+        let id = self.next_id("ct");
+        let mut st = self.state.lock();
+        if !st.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        let image = config.image.clone().unwrap_or_default();
+        let image_id = st.images.get(&image.image).map(|i| i.id.clone()).unwrap_or_default();
+        let status = pb::ContainerStatus {
+            id: id.clone(),
+            metadata: config.metadata.clone(),
+            state: ContainerState::ContainerCreated as i32,
+            created_at: now_ns(),
+            image: Some(image),
+            image_ref: image_id.clone(),
+            image_id,
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            log_path: config.log_path.clone(),
+            ..Default::default()
+        };
+        st.containers.insert(id.clone(), (status, sandbox_id.to_string()));
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        self.enter("StartContainer")?;
+        let mut st = self.state.lock();
+        let (c, _) = st.containers.get_mut(id).ok_or_else(|| not_found("StartContainer", id))?;
+        c.state = ContainerState::ContainerRunning as i32;
+        c.started_at = now_ns();
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, _timeout: Duration) -> Result<()> {
+        self.enter("StopContainer")?;
+        let mut st = self.state.lock();
+        if let Some((c, _)) = st.containers.get_mut(id)
+            && c.state != ContainerState::ContainerExited as i32
+        {
+            c.state = ContainerState::ContainerExited as i32;
+            c.exit_code = 0;
+            c.finished_at = now_ns();
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        self.enter("RemoveContainer")?;
+        self.state.lock().containers.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<pb::Container>> {
+        self.enter("ListContainers")?;
+        let f = filter.unwrap_or_default();
+        let st = self.state.lock();
+        Ok(st
+            .containers
+            .values()
+            .filter(|(c, _)| f.id.is_empty() || c.id == f.id)
+            .filter(|(_, sb)| f.pod_sandbox_id.is_empty() || *sb == f.pod_sandbox_id)
+            .filter(|(c, _)| f.state.as_ref().is_none_or(|v| v.state == c.state))
+            .filter(|(c, _)| labels_match(&f.label_selector, &c.labels))
+            .map(|(c, sb)| pb::Container {
+                id: c.id.clone(),
+                pod_sandbox_id: sb.clone(),
+                metadata: c.metadata.clone(),
+                image: c.image.clone(),
+                image_ref: c.image_ref.clone(),
+                state: c.state,
+                created_at: c.created_at,
+                labels: c.labels.clone(),
+                annotations: c.annotations.clone(),
+                image_id: c.image_id.clone(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<pb::ContainerStatus> {
+        self.enter("ContainerStatus")?;
+        let hang = self.state.lock().hang_status.contains(id);
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        let st = self.state.lock();
+        st.containers
+            .get(id)
+            .map(|(c, _)| c.clone())
+            .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn exec_sync(&self, id: &str, _cmd: Vec<String>, _timeout: Duration) -> Result<pb::ExecSyncResponse> {
+        self.enter("ExecSync")?;
+        let st = self.state.lock();
+        match st.containers.get(id) {
+            Some((c, _)) if c.state == ContainerState::ContainerRunning as i32 => Ok(pb::ExecSyncResponse::default()),
+            Some(_) => Err(CriError::Rpc {
+                op: "ExecSync",
+                code: tonic::Code::FailedPrecondition,
+                message: "container is not running".into(),
+            }),
+            None => Err(not_found("ExecSync", id)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ImageService for FakeRuntime {
+    async fn image_status(&self, image: &str) -> Result<Option<pb::Image>> {
+        self.enter("ImageStatus")?;
+        Ok(self.state.lock().images.get(image).cloned())
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        _auth: Option<pb::AuthConfig>,
+        _sandbox_config: Option<pb::PodSandboxConfig>,
+    ) -> Result<String> {
+        self.enter("PullImage")?;
+        if self.state.lock().missing_images.contains(image) {
+            return Err(CriError::Rpc {
+                op: "PullImage",
+                code: tonic::Code::NotFound,
+                message: format!("failed to resolve reference \"{image}\": not found"),
+            });
+        }
+        self.add_image(image);
+        Ok(format!("sha256:{image}"))
+    }
+
+    async fn list_images(&self) -> Result<Vec<pb::Image>> {
+        self.enter("ListImages")?;
+        Ok(self.state.lock().images.values().cloned().collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        self.enter("RemoveImage")?;
+        self.state.lock().images.remove(image);
+        Ok(())
+    }
+}

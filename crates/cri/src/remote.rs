@@ -1,0 +1,395 @@
+//! gRPC client over a unix socket (upstream `pkg/kubelet/cri/remote`): one lazily
+//! connected channel per endpoint, a deadline on every call, errors classified once.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::trace;
+
+use crate::pb::image_service_client::ImageServiceClient;
+use crate::pb::runtime_service_client::RuntimeServiceClient;
+use crate::service::{ImageService, RuntimeService};
+use crate::{CriError, Result, pb};
+
+/// CRI client for a remote runtime such as containerd.
+///
+/// Connections are made lazily and re-made after failures, so a runtime that is
+/// down at start or restarts later never takes the kubelet down: calls fail with
+/// [`CriError::Unavailable`] until it is back.
+#[derive(Clone, Debug)]
+pub struct RemoteRuntime {
+    runtime: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+/// Turns `unix:///run/containerd/containerd.sock` or a bare absolute path into a
+/// socket path. Other schemes (tcp, npipe) are refused: this kubelet runs on Linux.
+pub fn endpoint_path(endpoint: &str) -> Result<PathBuf> {
+    let refuse = |reason| CriError::Endpoint {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let path = if let Some(rest) = endpoint.strip_prefix("unix://") {
+        rest
+    } else if endpoint.contains("://") {
+        return Err(refuse("only unix:// endpoints are supported"));
+    } else {
+        endpoint
+    };
+    if !path.starts_with('/') {
+        return Err(refuse("the socket path must be absolute"));
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn channel(endpoint: &str) -> Result<Channel> {
+    let path = endpoint_path(endpoint)?;
+    // The authority is ignored by the connector; tonic needs some URI.
+    let ep = Endpoint::from_static("http://[::]:50051").connect_timeout(Duration::from_secs(5));
+    Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    })))
+}
+
+impl RemoteRuntime {
+    /// A client for `runtime_endpoint`, with images served by `image_endpoint`
+    /// when it is given (`--image-service-endpoint`), else by the same socket.
+    /// `timeout` is `--runtime-request-timeout`.
+    pub fn new(runtime_endpoint: &str, image_endpoint: Option<&str>, timeout: Duration) -> Result<Self> {
+        let rt = channel(runtime_endpoint)?;
+        let img = match image_endpoint {
+            Some(ep) if !ep.is_empty() => channel(ep)?,
+            _ => rt.clone(),
+        };
+        // Large lists (many containers) exceed tonic's 4 MiB default; upstream allows 16 MiB.
+        let max = 16 * 1024 * 1024;
+        Ok(Self {
+            runtime: RuntimeServiceClient::new(rt).max_decoding_message_size(max),
+            image: ImageServiceClient::new(img).max_decoding_message_size(max),
+            timeout,
+        })
+    }
+
+    /// The generated runtime client, for RPCs outside the trait (Exec, Attach,
+    /// PortForward, stats, UpdateRuntimeConfig, ...).
+    pub fn runtime_client(&self) -> RuntimeServiceClient<Channel> {
+        self.runtime.clone()
+    }
+
+    /// The generated image client, for RPCs outside the trait (ImageFsInfo).
+    pub fn image_client(&self) -> ImageServiceClient<Channel> {
+        self.image.clone()
+    }
+
+    /// The per-call deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Streaming URL for `kubectl exec` (`Exec`).
+    pub async fn exec(&self, req: pb::ExecRequest) -> Result<pb::ExecResponse> {
+        let mut c = self.runtime.clone();
+        call("Exec", self.timeout, c.exec(req)).await
+    }
+
+    /// Streaming URL for `kubectl attach` (`Attach`).
+    pub async fn attach(&self, req: pb::AttachRequest) -> Result<pb::AttachResponse> {
+        let mut c = self.runtime.clone();
+        call("Attach", self.timeout, c.attach(req)).await
+    }
+
+    /// Streaming URL for `kubectl port-forward` (`PortForward`).
+    pub async fn port_forward(&self, req: pb::PortForwardRequest) -> Result<pb::PortForwardResponse> {
+        let mut c = self.runtime.clone();
+        call("PortForward", self.timeout, c.port_forward(req)).await
+    }
+
+    /// Stats of one container (`ContainerStats`).
+    pub async fn container_stats(&self, id: &str) -> Result<Option<pb::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let req = pb::ContainerStatsRequest {
+            container_id: id.to_string(),
+        };
+        Ok(call("ContainerStats", self.timeout, c.container_stats(req)).await?.stats)
+    }
+
+    /// Stats of every sandbox that matches the filter (`ListPodSandboxStats`).
+    pub async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<pb::PodSandboxStatsFilter>,
+    ) -> Result<Vec<pb::PodSandboxStats>> {
+        let mut c = self.runtime.clone();
+        let req = pb::ListPodSandboxStatsRequest { filter };
+        Ok(call("ListPodSandboxStats", self.timeout, c.list_pod_sandbox_stats(req)).await?.stats)
+    }
+
+    /// Image filesystem usage (`ImageFsInfo`).
+    pub async fn image_fs_info(&self) -> Result<pb::ImageFsInfoResponse> {
+        let mut c = self.image.clone();
+        call("ImageFsInfo", self.timeout, c.image_fs_info(pb::ImageFsInfoRequest {})).await
+    }
+}
+
+/// Runs one RPC under a deadline and classifies its error.
+async fn call<T, F>(op: &'static str, timeout: Duration, fut: F) -> Result<T>
+where
+    F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+{
+    trace!(cri.op = op, "CRI call");
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(CriError::from_status(op, status)),
+        Err(_) => Err(CriError::Timeout { op, timeout }),
+    }
+}
+
+#[async_trait::async_trait]
+impl RuntimeService for RemoteRuntime {
+    async fn version(&self) -> Result<pb::VersionResponse> {
+        let mut c = self.runtime.clone();
+        let req = pb::VersionRequest {
+            version: "v1".to_string(),
+        };
+        call("Version", self.timeout, c.version(req)).await
+    }
+
+    async fn status(&self) -> Result<pb::RuntimeStatus> {
+        let mut c = self.runtime.clone();
+        let resp = call("Status", self.timeout, c.status(pb::StatusRequest { verbose: false })).await?;
+        Ok(resp.status.unwrap_or_default())
+    }
+
+    async fn run_pod_sandbox(&self, config: pb::PodSandboxConfig, runtime_handler: &str) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = pb::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_string(),
+        };
+        // Upstream gives RunPodSandbox twice the request timeout: CNI setup can be slow.
+        Ok(call("RunPodSandbox", self.timeout * 2, c.run_pod_sandbox(req)).await?.pod_sandbox_id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call("StopPodSandbox", self.timeout, c.stop_pod_sandbox(req)).await.map(drop)
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call("RemovePodSandbox", self.timeout, c.remove_pod_sandbox(req)).await.map(drop)
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<pb::PodSandboxStatus> {
+        let mut c = self.runtime.clone();
+        let req = pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        let resp = call("PodSandboxStatus", self.timeout, c.pod_sandbox_status(req)).await?;
+        resp.status.ok_or(CriError::NotFound {
+            op: "PodSandboxStatus",
+            message: format!("no status for sandbox {id}"),
+        })
+    }
+
+    async fn list_pod_sandbox(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<pb::PodSandbox>> {
+        let mut c = self.runtime.clone();
+        let req = pb::ListPodSandboxRequest { filter };
+        Ok(call("ListPodSandbox", self.timeout, c.list_pod_sandbox(req)).await?.items)
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: pb::ContainerConfig,
+        sandbox_config: pb::PodSandboxConfig,
+    ) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = pb::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        Ok(call("CreateContainer", self.timeout, c.create_container(req)).await?.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        call("StartContainer", self.timeout, c.start_container(req)).await.map(drop)
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        // The runtime may take the whole grace period before it kills.
+        call("StopContainer", self.timeout + timeout, c.stop_container(req)).await.map(drop)
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        call("RemoveContainer", self.timeout, c.remove_container(req)).await.map(drop)
+    }
+
+    async fn list_containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<pb::Container>> {
+        let mut c = self.runtime.clone();
+        let req = pb::ListContainersRequest { filter };
+        Ok(call("ListContainers", self.timeout, c.list_containers(req)).await?.containers)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<pb::ContainerStatus> {
+        let mut c = self.runtime.clone();
+        let req = pb::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        };
+        let resp = call("ContainerStatus", self.timeout, c.container_status(req)).await?;
+        resp.status.ok_or(CriError::NotFound {
+            op: "ContainerStatus",
+            message: format!("no status for container {id}"),
+        })
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration) -> Result<pb::ExecSyncResponse> {
+        let mut c = self.runtime.clone();
+        let req = pb::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd,
+            timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        call("ExecSync", self.timeout + timeout, c.exec_sync(req)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ImageService for RemoteRuntime {
+    async fn image_status(&self, image: &str) -> Result<Option<pb::Image>> {
+        let mut c = self.image.clone();
+        let req = pb::ImageStatusRequest {
+            image: Some(image_spec(image)),
+            verbose: false,
+        };
+        Ok(call("ImageStatus", self.timeout, c.image_status(req)).await?.image)
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<pb::AuthConfig>,
+        sandbox_config: Option<pb::PodSandboxConfig>,
+    ) -> Result<String> {
+        let mut c = self.image.clone();
+        let req = pb::PullImageRequest {
+            image: Some(image_spec(image)),
+            auth,
+            sandbox_config,
+        };
+        // Pulls legitimately take longer than other calls; bound them all the same.
+        let deadline = self.timeout.max(Duration::from_secs(60)) * 5;
+        Ok(call("PullImage", deadline, c.pull_image(req)).await?.image_ref)
+    }
+
+    async fn list_images(&self) -> Result<Vec<pb::Image>> {
+        let mut c = self.image.clone();
+        let req = pb::ListImagesRequest { filter: None };
+        Ok(call("ListImages", self.timeout, c.list_images(req)).await?.images)
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        let mut c = self.image.clone();
+        let req = pb::RemoveImageRequest {
+            image: Some(image_spec(image)),
+        };
+        call("RemoveImage", self.timeout, c.remove_image(req)).await.map(drop)
+    }
+}
+
+fn image_spec(image: &str) -> pb::ImageSpec {
+    pb::ImageSpec {
+        image: image.to_string(),
+        user_specified_image: image.to_string(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_forms() {
+        assert_eq!(
+            endpoint_path("unix:///run/containerd/containerd.sock").ok(),
+            Some(PathBuf::from("/run/containerd/containerd.sock"))
+        );
+        assert_eq!(endpoint_path("/run/x.sock").ok(), Some(PathBuf::from("/run/x.sock")));
+        assert!(endpoint_path("tcp://1.2.3.4:5").is_err());
+        assert!(endpoint_path("relative.sock").is_err());
+    }
+
+    #[tokio::test]
+    async fn unreachable_runtime_is_unavailable_not_fatal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("missing.sock");
+        let rt = RemoteRuntime::new(&format!("unix://{}", sock.display()), None, Duration::from_secs(2))
+            .expect("lazy client");
+        let err = rt.version().await.expect_err("no runtime there");
+        assert!(err.is_retryable(), "{err}");
+    }
+
+    /// A tonic server on a temp socket answers through the real client path.
+    #[tokio::test]
+    async fn talks_to_a_server_over_uds() {
+        use crate::pb::runtime_service_server::{RuntimeService as Srv, RuntimeServiceServer};
+        struct V;
+        #[tonic::async_trait]
+        impl Srv for V {
+            async fn version(
+                &self,
+                _: tonic::Request<pb::VersionRequest>,
+            ) -> std::result::Result<tonic::Response<pb::VersionResponse>, tonic::Status> {
+                Ok(tonic::Response::new(pb::VersionResponse {
+                    version: "0.1.0".into(),
+                    runtime_name: "fake".into(),
+                    runtime_version: "9".into(),
+                    runtime_api_version: "v1".into(),
+                }))
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RuntimeServiceServer::new(V))
+                .serve_with_incoming(incoming),
+        );
+        let rt = RemoteRuntime::new(sock.to_str().expect("utf8"), None, Duration::from_secs(5)).expect("client");
+        let v = rt.version().await.expect("version");
+        assert_eq!(v.runtime_name, "fake");
+        // Methods the test server does not implement come back classified, not panicking.
+        let err = rt.list_containers(None).await.expect_err("unimplemented");
+        assert!(matches!(err, CriError::Rpc { code: tonic::Code::Unimplemented, .. }), "{err}");
+    }
+}

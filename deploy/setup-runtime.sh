@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Installs and starts what kubelet-rs runs on, idempotently and only from Debian
+# packages: containerd + runc + CNI plugins, a loopback-only image registry on
+# 127.0.0.1:5000, and the project's own busybox and pause images built from
+# busybox-static with umoci + skopeo. Safe to run again at any time: each step
+# checks first and does only what is missing.
+#
+#   sudo deploy/setup-runtime.sh          # set up (or repair) the node
+#   deploy/setup-runtime.sh --check       # exit non-zero with a reason if anything is missing
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SOCK=/run/containerd/containerd.sock
+REGISTRY=127.0.0.1:5000
+STATE=/var/lib/kubelet-rs
+LOGDIR=/var/log/kubelet-rs
+BUSYBOX_TAGS=(1.35 latest)
+PAUSE_TAG=3.9
+PACKAGES=(containerd runc containernetworking-plugins docker-registry umoci skopeo busybox-static)
+
+log() { printf 'setup-runtime: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+containerd_up() { [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; }
+registry_up() { curl -fsS -o /dev/null "http://$REGISTRY/v2/" 2>/dev/null; }
+image_in_registry() { skopeo inspect --tls-verify=false --raw "docker://$REGISTRY/$1" >/dev/null 2>&1; }
+
+check() {
+  local bad=0
+  containerd_up || { log "containerd is not answering on $SOCK"; bad=1; }
+  registry_up || { log "no image registry on $REGISTRY"; bad=1; }
+  if [ $bad -eq 0 ]; then
+    for t in "${BUSYBOX_TAGS[@]}"; do image_in_registry "busybox:$t" || { log "image busybox:$t missing"; bad=1; }; done
+    image_in_registry "pause:$PAUSE_TAG" || { log "image pause:$PAUSE_TAG missing"; bad=1; }
+  fi
+  return $bad
+}
+
+if [ "${1:-}" = "--check" ]; then
+  check && log "runtime ready"
+  exit $?
+fi
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts containerd)"
+mkdir -p "$STATE" "$LOGDIR"
+
+# 1. Packages.
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. CNI: one bridge network, no masquerading (traffic stays on the node).
+mkdir -p /etc/cni/net.d
+install -m 0644 "$here/cni/10-kubelet-rs-bridge.conflist" /etc/cni/net.d/10-kubelet-rs-bridge.conflist
+
+# 3. containerd config: the default plus deploy/containerd/kubelet-rs.toml.
+mkdir -p /etc/containerd
+want="$(mktemp)"
+containerd config default \
+  | sed -e 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' \
+        -e "s|sandbox_image = \".*\"|sandbox_image = \"localhost:5000/pause:$PAUSE_TAG\"|" \
+        -e 's|bin_dir = "/opt/cni/bin"|bin_dir = "/usr/lib/cni"|' \
+  | awk '{print} /^ *\[plugins\."io\.containerd\.grpc\.v1\.cri"\.registry\.mirrors\]$/ {
+          print "        [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"localhost:5000\"]";
+          print "          endpoint = [\"http://localhost:5000\"]" }' > "$want"
+grep -q 'restrict_oom_score_adj = true' "$want" || die "could not set restrict_oom_score_adj in containerd config"
+grep -q 'mirrors."localhost:5000"' "$want" || die "could not add the localhost:5000 mirror to containerd config"
+restart=0
+if ! cmp -s "$want" /etc/containerd/config.toml; then
+  log "writing /etc/containerd/config.toml"
+  install -m 0644 "$want" /etc/containerd/config.toml
+  restart=1
+fi
+rm -f "$want"
+
+# 4. containerd running (systemd where it is PID 1, else a background daemon).
+start_containerd() {
+  if [ -d /run/systemd/system ]; then
+    systemctl enable containerd >/dev/null 2>&1 || true
+    if [ $restart -eq 1 ]; then systemctl restart containerd; else systemctl start containerd; fi
+  else
+    if [ $restart -eq 1 ] && pgrep -x containerd >/dev/null; then
+      log "restarting containerd for the new config"
+      pkill -x containerd || true
+      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+    fi
+    if ! pgrep -x containerd >/dev/null; then
+      log "starting containerd (log: $LOGDIR/containerd.log)"
+      setsid nohup containerd --config /etc/containerd/config.toml >>"$LOGDIR/containerd.log" 2>&1 < /dev/null &
+    fi
+  fi
+  for _ in $(seq 100); do containerd_up && return 0; sleep 0.2; done
+  die "containerd did not come up on $SOCK (see $LOGDIR/containerd.log)"
+}
+if [ $restart -eq 1 ] || ! containerd_up; then start_containerd; fi
+
+# 5. Registry on loopback.
+mkdir -p "$STATE/registry" /etc/kubelet-rs
+install -m 0644 "$here/registry.yml" /etc/kubelet-rs/registry.yml
+if ! registry_up; then
+  log "starting docker-registry on $REGISTRY (log: $LOGDIR/registry.log)"
+  setsid nohup docker-registry serve /etc/kubelet-rs/registry.yml >>"$LOGDIR/registry.log" 2>&1 < /dev/null &
+  for _ in $(seq 100); do registry_up && break; sleep 0.2; done
+  registry_up || die "registry did not come up on $REGISTRY (see $LOGDIR/registry.log)"
+fi
+
+# 6. Images, built from busybox-static and pushed once.
+build_image() { # name tag entrypoint-json cmd-json...
+  local name=$1 tag=$2 work
+  shift 2
+  work="$(mktemp -d)"
+  umoci init --layout "$work/oci" >/dev/null
+  umoci new --image "$work/oci:$tag"
+  umoci unpack --image "$work/oci:$tag" "$work/bundle" >/dev/null
+  mkdir -p "$work/bundle/rootfs/bin" "$work/bundle/rootfs/tmp" "$work/bundle/rootfs/etc"
+  install -m 0755 /bin/busybox "$work/bundle/rootfs/bin/busybox"
+  for app in $(/bin/busybox --list); do
+    [ "$app" = busybox ] || ln -sf busybox "$work/bundle/rootfs/bin/$app"
+  done
+  echo 'root:x:0:0:root:/root:/bin/sh' > "$work/bundle/rootfs/etc/passwd"
+  echo 'root:x:0:' > "$work/bundle/rootfs/etc/group"
+  umoci repack --image "$work/oci:$tag" "$work/bundle" >/dev/null
+  umoci config --image "$work/oci:$tag" --config.env PATH=/bin "$@" >/dev/null
+  skopeo copy --quiet --dest-tls-verify=false "oci:$work/oci:$tag" "docker://$REGISTRY/$name:$tag"
+  rm -rf "$work"
+  log "pushed $REGISTRY/$name:$tag"
+}
+for t in "${BUSYBOX_TAGS[@]}"; do
+  image_in_registry "busybox:$t" || build_image busybox "$t" --config.cmd sh
+done
+image_in_registry "pause:$PAUSE_TAG" || build_image pause "$PAUSE_TAG" \
+  --config.entrypoint /bin/sh --config.entrypoint -c \
+  --config.entrypoint 'trap "exit 0" TERM INT; sleep 2147483647 & wait'
+
+check
+log "runtime ready: containerd on $SOCK, registry on $REGISTRY"
