@@ -1,0 +1,216 @@
+//! Container configuration (upstream `kuberuntime_container.go`
+//! `generateContainerConfig` and `kuberuntime_container_linux.go`).
+
+use cri::pb;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::pod;
+use tracing::warn;
+
+use crate::labels;
+use crate::manager::RuntimeConfig;
+use crate::quantity::{parse_bytes, parse_milli_cpu};
+use crate::sandbox::{namespace_options, qos_class, seccomp};
+
+/// Paths masked in non-privileged containers (upstream `securitycontext` defaults).
+const MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// Paths read-only in non-privileged containers.
+const READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
+const CPU_PERIOD: i64 = 100_000;
+const MIN_SHARES: i64 = 2;
+
+/// Upstream `milliCPUToShares`.
+fn milli_cpu_to_shares(milli: i64) -> i64 {
+    if milli == 0 {
+        return MIN_SHARES;
+    }
+    (milli * 1024 / 1000).max(MIN_SHARES)
+}
+
+/// OOM score adjustment by QoS (upstream `qos.GetContainerOOMScoreAdjust`).
+fn oom_score_adj(p: &Pod, c: &Container, machine_memory: i64) -> i64 {
+    match qos_class(p) {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        _ => {
+            let req = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("memory"))
+                .and_then(|q| parse_bytes(&q.0))
+                .unwrap_or(0);
+            if machine_memory <= 0 {
+                return 999;
+            }
+            let adj = 1000 - (1000 * req) / machine_memory;
+            adj.clamp(3, 999)
+        }
+    }
+}
+
+fn resources(cfg: &RuntimeConfig, p: &Pod, c: &Container) -> pb::LinuxContainerResources {
+    let res = c.resources.as_ref();
+    let get = |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+               k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
+    let limits = res.and_then(|r| r.limits.as_ref());
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let cpu_limit = get(limits, "cpu").and_then(|q| parse_milli_cpu(&q));
+    let cpu_request = get(requests, "cpu").and_then(|q| parse_milli_cpu(&q)).or(cpu_limit);
+    let mem_limit = get(limits, "memory").and_then(|q| parse_bytes(&q)).unwrap_or(0);
+    let mut out = pb::LinuxContainerResources {
+        cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(0)),
+        memory_limit_in_bytes: mem_limit,
+        oom_score_adj: oom_score_adj(p, c, cfg.machine_memory_bytes),
+        ..Default::default()
+    };
+    if let Some(m) = cpu_limit {
+        out.cpu_period = CPU_PERIOD;
+        out.cpu_quota = (m * CPU_PERIOD / 1000).max(1000);
+    }
+    out
+}
+
+fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext {
+    let sc = c.security_context.as_ref();
+    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let proc_mount_unmasked = sc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
+    let (masked, readonly) = if privileged || proc_mount_unmasked {
+        (vec![], vec![])
+    } else {
+        (
+            MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
+            READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
+        )
+    };
+    pb::LinuxContainerSecurityContext {
+        capabilities: caps.map(|c| pb::Capability {
+            add_capabilities: c.add.clone().unwrap_or_default(),
+            drop_capabilities: c.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged,
+        namespace_options: Some(namespace_options(p)),
+        run_as_user: sc
+            .and_then(|s| s.run_as_user)
+            .or_else(|| psc.and_then(|s| s.run_as_user))
+            .map(|value| pb::Int64Value { value }),
+        run_as_group: sc
+            .and_then(|s| s.run_as_group)
+            .or_else(|| psc.and_then(|s| s.run_as_group))
+            .map(|value| pb::Int64Value { value }),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        supplemental_groups: psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default(),
+        no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        masked_paths: masked,
+        readonly_paths: readonly,
+        seccomp: Some(seccomp(
+            sc.and_then(|s| s.seccomp_profile.as_ref())
+                .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+        )),
+        ..Default::default()
+    }
+}
+
+/// Plain `env` values. `valueFrom` and `envFrom` need the apiserver and are skipped with a warning.
+fn envs(c: &Container) -> Vec<pb::KeyValue> {
+    let mut out = Vec::new();
+    for e in c.env.iter().flatten() {
+        if e.value_from.is_some() {
+            warn!(container = %c.name, env = %e.name, "env valueFrom is not supported yet; variable left unset");
+            continue;
+        }
+        out.push(pb::KeyValue {
+            key: e.name.clone(),
+            value: e.value.clone().unwrap_or_default(),
+        });
+    }
+    out
+}
+
+/// The `ContainerConfig` for instance `restart_count` of `c`, running `image_ref`.
+pub(crate) fn container_config(
+    cfg: &RuntimeConfig,
+    p: &Pod,
+    c: &Container,
+    restart_count: i32,
+    image_ref: &str,
+) -> pb::ContainerConfig {
+    pb::ContainerConfig {
+        metadata: Some(pb::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: u32::try_from(restart_count).unwrap_or(0),
+        }),
+        image: Some(pb::ImageSpec {
+            image: image_ref.to_string(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: envs(c),
+        labels: labels::container_labels(p, c),
+        annotations: labels::container_annotations(p, c, restart_count),
+        log_path: format!("{}/{}.log", c.name, restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(pb::LinuxContainerConfig {
+            resources: Some(resources(cfg, p, c)),
+            security_context: Some(security_context(p, c)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Key for a container's crash-loop backoff (upstream `getStableKey`).
+pub(crate) fn backoff_key(p: &Pod, c: &Container) -> String {
+    format!("{}_{}_{}_{}", pod::full_name(p), pod::uid(p), c.name, pod::container_hash(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_has_upstream_labels_log_path_and_env() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+            "spec": {"terminationGracePeriodSeconds": 5, "containers": [{"name": "c", "image": "busybox:1",
+                "command": ["sh"], "args": ["-c", "true"], "workingDir": "/tmp",
+                "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}]}
+        }))
+        .expect("pod");
+        let c = &pod::containers(&p)[0];
+        let cfg = RuntimeConfig::default();
+        let cc = container_config(&cfg, &p, c, 3, "sha256:abc");
+        assert_eq!(cc.metadata.as_ref().map(|m| m.attempt), Some(3));
+        assert_eq!(cc.log_path, "c/3.log");
+        assert_eq!(cc.labels.get("io.kubernetes.container.name").map(String::as_str), Some("c"));
+        assert_eq!(cc.labels.get("io.kubernetes.pod.namespace").map(String::as_str), Some("ns"));
+        assert_eq!(cc.annotations.get("io.kubernetes.container.restartCount").map(String::as_str), Some("3"));
+        assert_eq!(cc.annotations.get("io.kubernetes.pod.terminationGracePeriod").map(String::as_str), Some("5"));
+        assert_eq!(cc.envs.len(), 1);
+        assert_eq!(cc.command, vec!["sh"]);
+        let res = cc.linux.and_then(|l| l.resources).expect("resources");
+        assert_eq!(res.cpu_shares, 256);
+        assert_eq!(res.cpu_quota, 50_000);
+        assert_eq!(res.memory_limit_in_bytes, 64 * 1024 * 1024);
+    }
+}

@@ -1,0 +1,142 @@
+//! Image pulls by policy with per-image backoff (upstream
+//! `pkg/kubelet/images/image_manager.go` `EnsureImageExists`). Pulls are
+//! serialized, as upstream's default `serializeImagePulls: true`.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use cri::ImageService;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::pod;
+use tracing::{debug, info};
+
+use crate::backoff::Backoff;
+use crate::{Error, Result};
+
+/// Ensures images are present before containers are created.
+pub struct ImageManager {
+    images: Arc<dyn ImageService>,
+    backoff: Backoff,
+    serialize: tokio::sync::Mutex<()>,
+}
+
+fn err(reason: &'static str, message: String) -> Error {
+    Error::Container { reason, message }
+}
+
+impl ImageManager {
+    /// A manager pulling through `images`.
+    pub fn new(images: Arc<dyn ImageService>) -> Self {
+        Self {
+            images,
+            backoff: Backoff::default(),
+            serialize: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The image ID to run `c` with, pulling it first when the policy says so.
+    /// Errors carry `InvalidImageName`, `ErrImageNeverPull`, `ImagePullBackOff` or `ErrImagePull`.
+    pub async fn ensure_image_exists(&self, p: &Pod, c: &Container, now: SystemTime) -> Result<String> {
+        let image = c.image.as_deref().unwrap_or("").trim();
+        if image.is_empty() || image.contains(char::is_whitespace) {
+            return Err(err("InvalidImageName", format!("Failed to apply default image tag {image:?}")));
+        }
+        let policy = pod::image_pull_policy(c);
+        let present = self.images.image_status(image).await.map_err(|e| {
+            err("ImageInspectError", format!("Failed to inspect image {image:?}: {e}"))
+        })?;
+        match (policy, present) {
+            ("Never", None) => {
+                return Err(err(
+                    "ErrImageNeverPull",
+                    format!("Container image {image:?} is not present with pull policy of Never"),
+                ));
+            }
+            ("Never" | "IfNotPresent", Some(img)) => {
+                debug!(image, "Container image already present on machine");
+                return Ok(img.id);
+            }
+            _ => {}
+        }
+        let key = format!("{}_{}", pod::uid(p), image);
+        if let Some(left) = self.backoff.remaining_since_update(&key, now) {
+            debug!(image, ?left, "Image pull backing off");
+            return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+        }
+        let _turn = self.serialize.lock().await;
+        info!(image, "Pulling image");
+        match self.images.pull_image(image, None, None).await {
+            Ok(image_ref) => {
+                self.backoff.reset(&key);
+                info!(image, %image_ref, "Successfully pulled image");
+                Ok(image_ref)
+            }
+            Err(e) => {
+                self.backoff.next(&key, now, now);
+                Err(err("ErrImagePull", format!("failed to pull image {image:?}: {}", e.message())))
+            }
+        }
+    }
+
+    /// Drops backoff entries that have been quiet for long.
+    pub fn gc(&self, now: SystemTime) {
+        self.backoff.gc(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri::fake::FakeRuntime;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn pod_with(image: &str, policy: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": policy}]}
+        }))
+        .expect("pod")
+    }
+
+    #[tokio::test]
+    async fn pull_policies_and_backoff() {
+        let fake = FakeRuntime::new();
+        let m = ImageManager::new(Arc::new(fake.clone()));
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+
+        // IfNotPresent pulls once, then uses what is there.
+        let p = pod_with("reg/a:1", None);
+        let c = &pod::containers(&p)[0];
+        assert!(m.ensure_image_exists(&p, c, t0).await.is_ok());
+        assert!(m.ensure_image_exists(&p, c, t0).await.is_ok());
+        assert_eq!(fake.call_count("PullImage"), 1);
+
+        // Always pulls every time.
+        let p = pod_with("reg/a:1", Some("Always"));
+        let c = &pod::containers(&p)[0];
+        assert!(m.ensure_image_exists(&p, c, t0).await.is_ok());
+        assert_eq!(fake.call_count("PullImage"), 2);
+
+        // Never with a missing image.
+        let p = pod_with("reg/b:1", Some("Never"));
+        let c = &pod::containers(&p)[0];
+        let e = m.ensure_image_exists(&p, c, t0).await.expect_err("never");
+        assert_eq!(e.reason(), "ErrImageNeverPull");
+
+        // A failing pull: ErrImagePull, then ImagePullBackOff inside the window, then a retry.
+        fake.set_image_missing("reg/missing:1");
+        let p = pod_with("reg/missing:1", None);
+        let c = &pod::containers(&p)[0];
+        let e = m.ensure_image_exists(&p, c, t0).await.expect_err("missing");
+        assert_eq!(e.reason(), "ErrImagePull");
+        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(5)).await.expect_err("backoff");
+        assert_eq!(e.reason(), "ImagePullBackOff");
+        let pulls = fake.call_count("PullImage");
+        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(11)).await.expect_err("retry");
+        assert_eq!(e.reason(), "ErrImagePull");
+        assert_eq!(fake.call_count("PullImage"), pulls + 1);
+        // The window doubled: 20s from the second failure.
+        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(25)).await.expect_err("backoff 2");
+        assert_eq!(e.reason(), "ImagePullBackOff");
+    }
+}

@@ -1,0 +1,23 @@
+//! The CRI-backed runtime side of kubelet-rs (upstream `pkg/kubelet/kuberuntime`,
+//! `pkg/kubelet/images`, `pkg/kubelet/pleg`, `pkg/util/flowcontrol`).
+//!
+//! [`KubeRuntimeManager`] turns a desired pod and the observed runtime state
+//! into CRI calls: [`actions::compute_pod_actions`] decides, `sync_pod` applies,
+//! idempotently. [`pleg::GenericPleg`] relists the runtime and wakes pods whose
+//! containers changed.
+
+pub mod actions;
+pub mod backoff;
+mod container;
+mod error;
+pub mod images;
+pub mod labels;
+mod manager;
+pub mod pleg;
+pub mod pod_status;
+mod quantity;
+mod sandbox;
+
+pub use error::{Error, Result};
+pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};
+pub use pod_status::{ContainerState, ContainerStatus, PodStatus};

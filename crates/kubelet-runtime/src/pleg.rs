@@ -1,0 +1,456 @@
+//! Pod lifecycle event generator (upstream `pkg/kubelet/pleg/generic.go`).
+//!
+//! Every second it lists all sandboxes and containers (two CRI calls), diffs
+//! their states against the previous relist and wakes the pods whose
+//! containers started, died, changed or went away. Pods with events are then
+//! inspected (their full status read into the cache) in the background, a
+//! bounded number at a time, each under its own deadline: one pod whose status
+//! calls hang delays only its own events, never the relist or other pods.
+//! The generator is healthy while a relist succeeded within the last 3 minutes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cri::{RuntimeService, pb};
+use kubelet_types::labels as l;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::manager::KubeRuntimeManager;
+use crate::pod_status::{ContainerState, PodStatus};
+
+/// Upstream relist period.
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Upstream `relistThreshold`: unhealthy after this long without a relist.
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Upstream channel capacity.
+pub const CHANNEL_CAPACITY: usize = 1000;
+
+/// What happened to a container (or sandbox).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// It is running now.
+    ContainerStarted,
+    /// It exited.
+    ContainerDied,
+    /// It is gone from the runtime.
+    ContainerRemoved,
+    /// Its state is unknown or created.
+    ContainerChanged,
+}
+
+/// One lifecycle event for a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    /// Pod UID.
+    pub uid: String,
+    /// What happened.
+    pub kind: EventKind,
+    /// Container or sandbox ID.
+    pub id: String,
+}
+
+/// A pod the runtime has, as seen by the last relist.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePod {
+    /// Pod name from labels.
+    pub name: String,
+    /// Pod namespace from labels.
+    pub namespace: String,
+    /// Container and sandbox IDs with their states.
+    pub states: HashMap<String, ContainerState>,
+}
+
+impl RuntimePod {
+    /// True when anything of the pod still runs.
+    pub fn is_running(&self) -> bool {
+        self.states.values().any(|s| *s != ContainerState::Exited)
+    }
+}
+
+/// Latest inspected runtime status per pod UID (upstream `kubecontainer.Cache`).
+#[derive(Default)]
+pub struct PodCache {
+    pods: RwLock<HashMap<String, Arc<PodStatus>>>,
+}
+
+impl PodCache {
+    /// The cached status of a pod.
+    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
+        self.pods.read().get(uid).cloned()
+    }
+
+    fn set(&self, uid: &str, status: PodStatus) {
+        self.pods.write().insert(uid.to_string(), Arc::new(status));
+    }
+
+    fn remove(&self, uid: &str) {
+        self.pods.write().remove(uid);
+    }
+}
+
+struct State {
+    pods: HashMap<String, RuntimePod>,
+    in_flight: HashSet<String>,
+    dirty: HashSet<String>,
+}
+
+/// The generic (relisting) PLEG.
+pub struct GenericPleg {
+    runtime: Arc<dyn RuntimeService>,
+    manager: Arc<KubeRuntimeManager>,
+    events: mpsc::Sender<PodLifecycleEvent>,
+    cache: Arc<PodCache>,
+    state: Mutex<State>,
+    last_relist: Mutex<Option<Instant>>,
+    started: Instant,
+    inspections: Arc<Semaphore>,
+    inspect_timeout: Duration,
+}
+
+fn sandbox_state(s: &pb::PodSandbox) -> ContainerState {
+    if s.state == pb::PodSandboxState::SandboxReady as i32 {
+        ContainerState::Running
+    } else {
+        ContainerState::Exited
+    }
+}
+
+/// Upstream `generateEvents` for one container.
+fn events_for(old: Option<ContainerState>, new: Option<ContainerState>) -> Vec<EventKind> {
+    use ContainerState::*;
+    if old == new {
+        return vec![];
+    }
+    match new {
+        Some(Running) => vec![EventKind::ContainerStarted],
+        Some(Exited) => vec![EventKind::ContainerDied],
+        Some(Unknown | Created) => vec![EventKind::ContainerChanged],
+        None => match old {
+            Some(Exited) => vec![EventKind::ContainerRemoved],
+            _ => vec![EventKind::ContainerDied, EventKind::ContainerRemoved],
+        },
+    }
+}
+
+impl GenericPleg {
+    /// A PLEG over `manager`'s runtime, sending events on a bounded channel of
+    /// [`CHANNEL_CAPACITY`]. At most `concurrency` pods are inspected at once,
+    /// each within `inspect_timeout`.
+    pub fn new(
+        manager: Arc<KubeRuntimeManager>,
+        concurrency: usize,
+        inspect_timeout: Duration,
+    ) -> (Arc<Self>, mpsc::Receiver<PodLifecycleEvent>) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let pleg = Arc::new(Self {
+            runtime: manager.runtime().clone(),
+            manager,
+            events: tx,
+            cache: Arc::new(PodCache::default()),
+            state: Mutex::new(State {
+                pods: HashMap::new(),
+                in_flight: HashSet::new(),
+                dirty: HashSet::new(),
+            }),
+            last_relist: Mutex::new(None),
+            started: Instant::now(),
+            inspections: Arc::new(Semaphore::new(concurrency.max(1))),
+            inspect_timeout,
+        });
+        (pleg, rx)
+    }
+
+    /// The status cache the PLEG fills.
+    pub fn cache(&self) -> &Arc<PodCache> {
+        &self.cache
+    }
+
+    /// Pods the runtime had at the last relist, by UID.
+    pub fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+        self.state.lock().pods.clone()
+    }
+
+    /// Healthy while a relist succeeded within [`RELIST_THRESHOLD`] (counted from start before the first).
+    pub fn healthy(&self) -> Result<(), String> {
+        let since = self.last_relist.lock().unwrap_or(self.started);
+        let elapsed = since.elapsed();
+        if elapsed > RELIST_THRESHOLD {
+            return Err(format!(
+                "pleg was last seen active {elapsed:?} ago; threshold is {RELIST_THRESHOLD:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Relists every [`RELIST_PERIOD`] until `stop`.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(RELIST_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.relist().await {
+                warn!(error = %e, "PLEG relist failed");
+            }
+        }
+    }
+
+    /// One relist: list, diff, dispatch inspections. Returns the number of pods with events.
+    pub async fn relist(self: &Arc<Self>) -> Result<usize, cri::CriError> {
+        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
+        let containers = self.runtime.list_containers(None).await?;
+        let mut current: HashMap<String, RuntimePod> = HashMap::new();
+        for s in &sandboxes {
+            let Some(uid) = s.labels.get(l::POD_UID) else { continue };
+            let pod = current.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                name: s.labels.get(l::POD_NAME).cloned().unwrap_or_default(),
+                namespace: s.labels.get(l::POD_NAMESPACE).cloned().unwrap_or_default(),
+                states: HashMap::new(),
+            });
+            pod.states.insert(s.id.clone(), sandbox_state(s));
+        }
+        for c in &containers {
+            let Some(uid) = c.labels.get(l::POD_UID) else { continue };
+            let pod = current.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                name: c.labels.get(l::POD_NAME).cloned().unwrap_or_default(),
+                namespace: c.labels.get(l::POD_NAMESPACE).cloned().unwrap_or_default(),
+                states: HashMap::new(),
+            });
+            pod.states.insert(c.id.clone(), ContainerState::from_cri(c.state));
+        }
+        *self.last_relist.lock() = Some(Instant::now());
+
+        let mut per_pod: Vec<(String, String, String, Vec<PodLifecycleEvent>)> = Vec::new();
+        {
+            let mut st = self.state.lock();
+            let uids: HashSet<&String> = current.keys().chain(st.pods.keys()).collect();
+            for uid in uids {
+                let old = st.pods.get(uid);
+                let new = current.get(uid);
+                let ids: HashSet<&String> = old
+                    .iter()
+                    .flat_map(|p| p.states.keys())
+                    .chain(new.iter().flat_map(|p| p.states.keys()))
+                    .collect();
+                let mut evs = Vec::new();
+                for id in ids {
+                    let o = old.and_then(|p| p.states.get(id)).copied();
+                    let n = new.and_then(|p| p.states.get(id)).copied();
+                    evs.extend(events_for(o, n).into_iter().map(|kind| PodLifecycleEvent {
+                        uid: uid.clone(),
+                        kind,
+                        id: id.clone(),
+                    }));
+                }
+                let reinspect = st.dirty.contains(uid) && !st.in_flight.contains(uid);
+                if !evs.is_empty() || reinspect {
+                    let p = new.or(old).cloned().unwrap_or_default();
+                    per_pod.push((uid.clone(), p.name, p.namespace, evs));
+                }
+            }
+            st.pods = current;
+        }
+        let n = per_pod.len();
+        for (uid, name, ns, evs) in per_pod {
+            self.dispatch(uid, name, ns, evs);
+        }
+        Ok(n)
+    }
+
+    fn dispatch(self: &Arc<Self>, uid: String, name: String, ns: String, evs: Vec<PodLifecycleEvent>) {
+        {
+            let mut st = self.state.lock();
+            if st.in_flight.contains(&uid) {
+                // The running inspection is already stale; inspect again when it ends.
+                st.dirty.insert(uid);
+                drop(st);
+                self.send(evs);
+                return;
+            }
+            st.in_flight.insert(uid.clone());
+            st.dirty.remove(&uid);
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let gone = !me.state.lock().pods.contains_key(&uid);
+            if gone {
+                me.cache.remove(&uid);
+            } else {
+                let permit = me.inspections.clone().acquire_owned().await;
+                let res = tokio::time::timeout(me.inspect_timeout, me.manager.get_pod_status(&uid, &name, &ns)).await;
+                drop(permit);
+                match res {
+                    Ok(Ok(status)) => me.cache.set(&uid, status),
+                    Ok(Err(e)) => {
+                        warn!(pod.uid = %uid, error = %e, "PLEG: cannot inspect pod; will retry on next relist");
+                        me.state.lock().dirty.insert(uid.clone());
+                    }
+                    Err(_) => {
+                        warn!(pod.uid = %uid, timeout = ?me.inspect_timeout, "PLEG: pod inspection timed out; will retry on next relist");
+                        me.state.lock().dirty.insert(uid.clone());
+                    }
+                }
+            }
+            me.state.lock().in_flight.remove(&uid);
+            me.send(evs);
+        });
+    }
+
+    fn send(&self, evs: Vec<PodLifecycleEvent>) {
+        for ev in evs {
+            match self.events.try_send(ev) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(ev)) => {
+                    debug!(pod.uid = %ev.uid, "PLEG channel full; the next relist recovers");
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::RuntimeConfig;
+    use cri::fake::FakeRuntime;
+    use cri::ImageService as _;
+
+    async fn add_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
+        let labels = HashMap::from([
+            (l::POD_UID.to_string(), uid.to_string()),
+            (l::POD_NAME.to_string(), format!("pod-{uid}")),
+            (l::POD_NAMESPACE.to_string(), "default".to_string()),
+        ]);
+        let sb = fake
+            .run_pod_sandbox(
+                pb::PodSandboxConfig {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+                "",
+            )
+            .await
+            .expect("sandbox");
+        fake.pull_image("img", None, None).await.expect("pull");
+        let c = fake
+            .create_container(
+                &sb,
+                pb::ContainerConfig {
+                    labels,
+                    image: Some(pb::ImageSpec {
+                        image: "img".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .expect("container");
+        fake.start_container(&c).await.expect("start");
+        (sb, c)
+    }
+
+    fn pleg(fake: &FakeRuntime) -> (Arc<GenericPleg>, mpsc::Receiver<PodLifecycleEvent>) {
+        let m = Arc::new(KubeRuntimeManager::new(
+            Arc::new(fake.clone()),
+            Arc::new(fake.clone()),
+            RuntimeConfig::default(),
+        ));
+        GenericPleg::new(m, 4, Duration::from_secs(2))
+    }
+
+    async fn drain(rx: &mut mpsc::Receiver<PodLifecycleEvent>, n: usize) -> Vec<PodLifecycleEvent> {
+        let mut out = vec![];
+        while out.len() < n {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+                Ok(Some(ev)) => out.push(ev),
+                _ => break,
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn relist_turns_state_changes_into_events_and_fills_cache() {
+        let fake = FakeRuntime::new();
+        let (p, mut rx) = pleg(&fake);
+        let (_sb, c) = add_pod(&fake, "u1").await;
+        assert_eq!(p.relist().await.expect("relist"), 1);
+        let evs = drain(&mut rx, 2).await;
+        assert!(evs.iter().all(|e| e.uid == "u1" && e.kind == EventKind::ContainerStarted));
+        assert_eq!(evs.len(), 2, "sandbox and container started");
+        assert_eq!(p.cache().get("u1").map(|s| s.containers.len()), Some(1));
+        // Nothing changed: no events.
+        assert_eq!(p.relist().await.expect("relist"), 0);
+        fake.exit_container(&c, 1);
+        p.relist().await.expect("relist");
+        let evs = drain(&mut rx, 1).await;
+        assert_eq!(evs[0].kind, EventKind::ContainerDied);
+        assert_eq!(evs[0].id, c);
+        fake.remove_container(&c).await.expect("remove");
+        p.relist().await.expect("relist");
+        assert_eq!(drain(&mut rx, 1).await[0].kind, EventKind::ContainerRemoved);
+        assert!(p.healthy().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_hanging_pod_stalls_neither_the_relist_nor_other_pods() {
+        let fake = FakeRuntime::new();
+        let (p, mut rx) = pleg(&fake);
+        let (_, stuck) = add_pod(&fake, "stuck").await;
+        fake.hang_container_status(&stuck);
+        add_pod(&fake, "ok").await;
+        let t = std::time::SystemTime::now();
+        p.relist().await.expect("relist");
+        assert!(t.elapsed().unwrap_or_default() < Duration::from_secs(1), "relist did not wait");
+        let evs = drain(&mut rx, 2).await;
+        assert!(evs.iter().all(|e| e.uid == "ok"), "{evs:?}");
+        assert!(p.cache().get("ok").is_some());
+        assert!(p.cache().get("stuck").is_none());
+        // Relists go on while the stuck inspection is pending.
+        for _ in 0..3 {
+            p.relist().await.expect("relist");
+        }
+        assert!(p.healthy().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unhealthy_after_three_minutes_without_relist() {
+        let fake = FakeRuntime::new();
+        let (p, _rx) = pleg(&fake);
+        p.relist().await.expect("relist");
+        fake.set_down(true);
+        tokio::time::advance(Duration::from_secs(120)).await;
+        assert!(p.relist().await.is_err());
+        assert!(p.healthy().is_ok());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(p.healthy().is_err());
+        fake.set_down(false);
+        p.relist().await.expect("relist");
+        assert!(p.healthy().is_ok());
+    }
+
+    #[test]
+    fn event_table() {
+        use ContainerState::*;
+        assert_eq!(events_for(None, Some(Running)), vec![EventKind::ContainerStarted]);
+        assert_eq!(events_for(Some(Running), Some(Exited)), vec![EventKind::ContainerDied]);
+        assert_eq!(
+            events_for(Some(Running), None),
+            vec![EventKind::ContainerDied, EventKind::ContainerRemoved]
+        );
+        assert_eq!(events_for(Some(Exited), None), vec![EventKind::ContainerRemoved]);
+        assert_eq!(events_for(Some(Running), Some(Running)), vec![]);
+        assert_eq!(events_for(None, Some(Created)), vec![EventKind::ContainerChanged]);
+    }
+}

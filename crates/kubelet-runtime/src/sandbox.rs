@@ -1,0 +1,315 @@
+//! Pod sandbox configuration (upstream `kuberuntime_sandbox.go`
+//! `generatePodSandboxConfig` and `pkg/kubelet/network/dns`).
+
+use std::path::Path;
+
+use cri::pb;
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::pod;
+
+use crate::labels;
+use crate::manager::RuntimeConfig;
+use crate::quantity::{parse_bytes, parse_milli_cpu};
+
+/// Upstream `kubecontainer.BuildPodLogsDirectory`: `<podLogsDir>/<ns>_<name>_<uid>`.
+pub(crate) fn pod_logs_dir(root: &Path, p: &Pod) -> std::path::PathBuf {
+    root.join(format!("{}_{}_{}", pod::namespace(p), pod::name(p), pod::uid(p)))
+}
+
+/// QoS class as the apiserver computes it (upstream `qos.GetPodQOS`).
+pub fn qos_class(p: &Pod) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in pod::containers(p).iter().chain(pod::init_containers(p)) {
+        let res = c.resources.as_ref();
+        let req = res.and_then(|r| r.requests.as_ref());
+        let lim = res.and_then(|r| r.limits.as_ref());
+        for name in ["cpu", "memory"] {
+            let r = req.and_then(|m| m.get(name)).map(|q| q.0.as_str());
+            let l = lim.and_then(|m| m.get(name)).map(|q| q.0.as_str());
+            if r.is_some() || l.is_some() {
+                any = true;
+            }
+            let same = match (r, l) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(r), Some(l)) => {
+                    let parse = if name == "cpu" { parse_milli_cpu } else { parse_bytes };
+                    parse(r) == parse(l)
+                }
+            };
+            guaranteed &= same;
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+/// The pod's cgroup parent under `cgroupRoot`, in the driver's syntax.
+pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
+    let uid = pod::uid(p);
+    let qos = qos_class(p);
+    if cfg.cgroup_driver == "systemd" {
+        let uid = uid.replace('-', "_");
+        return match qos {
+            "Guaranteed" => format!("kubepods-pod{uid}.slice"),
+            q => format!("kubepods-{}-pod{uid}.slice", q.to_lowercase()),
+        };
+    }
+    let root = cfg.cgroup_root.trim_end_matches('/');
+    match qos {
+        "Guaranteed" => format!("{root}/kubepods/pod{uid}"),
+        q => format!("{root}/kubepods/{}/pod{uid}", q.to_lowercase()),
+    }
+}
+
+/// Reads nameservers, search domains and options from a resolv.conf.
+fn read_resolv_conf(path: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut servers, mut searches, mut options) = (vec![], vec![], vec![]);
+    if path.is_empty() {
+        return (servers, searches, options);
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        tracing::warn!(path, "Cannot read resolv.conf; pods with dnsPolicy Default get no DNS config");
+        return (servers, searches, options);
+    };
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("nameserver") => servers.extend(f.next().map(String::from)),
+            Some("search") | Some("domain") => searches = f.map(String::from).collect(),
+            Some("options") => options.extend(f.map(String::from)),
+            _ => {}
+        }
+    }
+    (servers, searches, options)
+}
+
+/// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
+pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod) -> pb::DnsConfig {
+    let spec = p.spec.as_ref();
+    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let host_net = pod::host_network(p);
+    let cluster_first = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_net,
+        _ => false,
+    };
+    let mut out = pb::DnsConfig::default();
+    if policy != "None" {
+        let (servers, searches, options) = read_resolv_conf(&cfg.resolv_conf);
+        if cluster_first && !cfg.cluster_dns.is_empty() {
+            out.servers.clone_from(&cfg.cluster_dns);
+            let ns = pod::namespace(p);
+            let d = cfg.cluster_domain.trim_end_matches('.');
+            if !d.is_empty() {
+                out.searches = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.to_string()];
+            }
+            out.searches.extend(searches);
+            out.options = vec!["ndots:5".to_string()];
+        } else {
+            // ClusterFirst without clusterDNS falls back to the node's resolver, as upstream.
+            out.servers = servers;
+            out.searches = searches;
+            out.options = options;
+        }
+    }
+    if let Some(pdns) = spec.and_then(|s| s.dns_config.as_ref()) {
+        out.servers.extend(pdns.nameservers.iter().flatten().cloned());
+        out.searches.extend(pdns.searches.iter().flatten().cloned());
+        for o in pdns.options.iter().flatten() {
+            let Some(name) = o.name.as_deref() else { continue };
+            let opt = match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name.to_string(),
+            };
+            out.options.retain(|x| x.split(':').next() != Some(name));
+            out.options.push(opt);
+        }
+    }
+    out.searches.truncate(32);
+    out
+}
+
+/// The sandbox hostname: `spec.hostname` or the pod name, at most 63 characters.
+fn hostname(p: &Pod) -> String {
+    let h = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod::name(p).to_string());
+    let mut h: String = h.chars().take(63).collect();
+    while h.ends_with(['-', '.']) {
+        h.pop();
+    }
+    h
+}
+
+/// Upstream's `makePortMappings`: every container port of every container.
+fn port_mappings(p: &Pod) -> Vec<pb::PortMapping> {
+    pod::containers(p)
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|port| pb::PortMapping {
+            protocol: match port.protocol.as_deref() {
+                Some("UDP") => pb::Protocol::Udp as i32,
+                Some("SCTP") => pb::Protocol::Sctp as i32,
+                _ => pb::Protocol::Tcp as i32,
+            },
+            container_port: port.container_port,
+            host_port: port.host_port.unwrap_or(0),
+            host_ip: port.host_ip.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Namespace options for sandbox and containers.
+pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
+    let spec = p.spec.as_ref();
+    let node = pb::NamespaceMode::Node as i32;
+    pb::NamespaceOption {
+        network: if pod::host_network(p) { node } else { pb::NamespaceMode::Pod as i32 },
+        pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
+            node
+        } else if spec.and_then(|s| s.share_process_namespace).unwrap_or(false) {
+            pb::NamespaceMode::Pod as i32
+        } else {
+            pb::NamespaceMode::Container as i32
+        },
+        ipc: if spec.and_then(|s| s.host_ipc).unwrap_or(false) { node } else { pb::NamespaceMode::Pod as i32 },
+        ..Default::default()
+    }
+}
+
+/// A seccomp profile from the API's `seccompProfile`, Unconfined when unset (upstream default).
+pub(crate) fn seccomp(profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>) -> pb::SecurityProfile {
+    use pb::security_profile::ProfileType;
+    match profile.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
+        Some(("RuntimeDefault", _)) => pb::SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        },
+        Some(("Localhost", Some(path))) => pb::SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: path,
+        },
+        _ => pb::SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            localhost_ref: String::new(),
+        },
+    }
+}
+
+/// The full `PodSandboxConfig` for `p` at sandbox `attempt`.
+pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::PodSandboxConfig {
+    let spec = p.spec.as_ref();
+    let psc = spec.and_then(|s| s.security_context.as_ref());
+    let privileged = pod::containers(p)
+        .iter()
+        .chain(pod::init_containers(p))
+        .any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false));
+    let sysctls = psc
+        .and_then(|s| s.sysctls.as_ref())
+        .map(|v| v.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .unwrap_or_default();
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: pod::name(p).to_string(),
+            uid: pod::uid(p).to_string(),
+            namespace: pod::namespace(p).to_string(),
+            attempt,
+        }),
+        hostname: hostname(p),
+        log_directory: pod_logs_dir(&cfg.pod_logs_dir, p).to_string_lossy().into_owned(),
+        dns_config: Some(dns_config(cfg, p)),
+        port_mappings: port_mappings(p),
+        labels: labels::sandbox_labels(p),
+        annotations: labels::sandbox_annotations(p),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent(cfg, p),
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(p)),
+                run_as_user: psc.and_then(|s| s.run_as_user).map(|value| pb::Int64Value { value }),
+                run_as_group: psc.and_then(|s| s.run_as_group).map(|value| pb::Int64Value { value }),
+                supplemental_groups: psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default(),
+                privileged,
+                seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
+                ..Default::default()
+            }),
+            sysctls,
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("pod")
+    }
+
+    fn cfg() -> RuntimeConfig {
+        RuntimeConfig {
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: String::new(),
+            ..RuntimeConfig::default()
+        }
+    }
+
+    #[test]
+    fn cluster_first_dns() {
+        let p = pod(serde_json::json!({"metadata": {"name": "a", "namespace": "ns1", "uid": "u"},
+            "spec": {"containers": []}}));
+        let d = dns_config(&cfg(), &p);
+        assert_eq!(d.servers, vec!["10.96.0.10"]);
+        assert_eq!(d.searches, vec!["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local"]);
+        assert_eq!(d.options, vec!["ndots:5"]);
+        // hostNetwork with ClusterFirst uses the node's resolver instead.
+        let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
+            "spec": {"hostNetwork": true, "containers": []}}));
+        assert!(dns_config(&cfg(), &p).servers.is_empty());
+        // dnsPolicy None takes only the pod's dnsConfig.
+        let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
+            "spec": {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["1.1.1.1"], "options": [{"name": "ndots", "value": "2"}]}, "containers": []}}));
+        let d = dns_config(&cfg(), &p);
+        assert_eq!(d.servers, vec!["1.1.1.1"]);
+        assert_eq!(d.options, vec!["ndots:2"]);
+    }
+
+    #[test]
+    fn qos_and_cgroup_parent() {
+        let be = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c"}]}}));
+        assert_eq!(qos_class(&be), "BestEffort");
+        assert_eq!(cgroup_parent(&cfg(), &be), "/kubepods/besteffort/podu-1");
+        let g = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "64Mi"}}}]}}));
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let mut sd = cfg();
+        sd.cgroup_driver = "systemd".into();
+        assert_eq!(cgroup_parent(&sd, &g), "kubepods-podu_1.slice");
+        let b = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}));
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn sandbox_carries_upstream_labels_and_log_dir() {
+        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}));
+        let c = sandbox_config(&cfg(), &p, 2);
+        assert_eq!(c.labels.get("io.kubernetes.pod.name").map(String::as_str), Some("web"));
+        assert_eq!(c.labels.get("io.kubernetes.pod.uid").map(String::as_str), Some("u1"));
+        assert_eq!(c.labels.get("app").map(String::as_str), Some("x"));
+        assert_eq!(c.log_directory, "/var/log/pods/default_web_u1");
+        assert_eq!(c.metadata.as_ref().map(|m| m.attempt), Some(2));
+        assert_eq!(c.port_mappings[0].host_port, 8080);
+        assert_eq!(c.hostname, "web");
+    }
+}

@@ -1,0 +1,15 @@
+//! Pure types shared by the kubelet-rs crates; no IO, no async.
+//!
+//! Upstream counterparts: `pkg/kubelet/types` (pod updates, sources,
+//! annotations), `pkg/kubelet/config/common.go` (static pod defaulting) and
+//! `pkg/kubelet/container/helpers.go` (container hashing, restart rules).
+
+pub mod defaults;
+pub mod labels;
+pub mod pod;
+pub mod pod_update;
+
+pub use pod_update::{PodOperation, PodUpdate, Source};
+
+/// The Kubernetes release whose kubelet behaviour and API types kubelet-rs implements.
+pub const KUBERNETES_VERSION: &str = "v1.33.0";

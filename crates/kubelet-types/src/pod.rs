@@ -1,0 +1,156 @@
+//! Small read-only helpers over `Pod` and `Container` (upstream
+//! `pkg/kubelet/container/helpers.go`, `pkg/kubelet/util/format`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use sha2::{Digest, Sha256};
+
+/// Upstream `minimumGracePeriodInSeconds`: no container is stopped faster than this.
+pub const MIN_GRACE_PERIOD: Duration = Duration::from_secs(2);
+/// Default `terminationGracePeriodSeconds`.
+pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// A pod's restart policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Restart whatever the exit code.
+    Always,
+    /// Restart only on a non-zero exit code.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
+
+/// The pod's UID, or "" when it has none.
+pub fn uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+/// The pod's name.
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+/// The pod's namespace (`default` when unset).
+pub fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// `name_namespace`, upstream's `kubecontainer.GetPodFullName`.
+pub fn full_name(pod: &Pod) -> String {
+    format!("{}_{}", name(pod), namespace(pod))
+}
+
+/// `namespace/name(uid)` for logs, as upstream `format.Pod`.
+pub fn describe(pod: &Pod) -> String {
+    format!("{}/{}({})", namespace(pod), name(pod), uid(pod))
+}
+
+/// The pod's restart policy (Always when unset, as the apiserver defaults it).
+pub fn restart_policy(pod: &Pod) -> RestartPolicy {
+    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("Never") => RestartPolicy::Never,
+        Some("OnFailure") => RestartPolicy::OnFailure,
+        _ => RestartPolicy::Always,
+    }
+}
+
+/// The pod's app containers.
+pub fn containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[])
+}
+
+/// The pod's init containers.
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// Grace period to stop the pod's containers: the deletion grace period when the
+/// pod is being deleted, else `terminationGracePeriodSeconds`, never under 2s.
+pub fn grace_period(pod: &Pod) -> Duration {
+    let secs = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0)).max(MIN_GRACE_PERIOD)
+}
+
+/// True when the pod uses the node's network namespace.
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+}
+
+/// Hash of a container's spec, stored on the container so a changed spec is
+/// noticed and the container replaced (upstream `HashContainer`).
+pub fn container_hash(container: &Container) -> String {
+    let json = serde_json::to_vec(container).unwrap_or_default();
+    let digest = Sha256::digest(&json);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Image pull policy, defaulted from the tag as the apiserver does: `Always` for
+/// `:latest` or no tag (digests excepted), else `IfNotPresent`.
+pub fn image_pull_policy(container: &Container) -> &str {
+    match container.image_pull_policy.as_deref() {
+        Some(p @ ("Always" | "IfNotPresent" | "Never")) => p,
+        _ => default_pull_policy(container.image.as_deref().unwrap_or("")),
+    }
+}
+
+/// The default pull policy for an image reference.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    // The tag is what follows the last ':' after the last '/' (a registry port is not a tag).
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_policy_defaults_by_tag() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox:1.35"), "IfNotPresent");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn grace_period_floor_and_deletion_override() {
+        let mut pod = Pod::default();
+        assert_eq!(grace_period(&pod), Duration::from_secs(30));
+        pod.spec = Some(Default::default());
+        if let Some(s) = pod.spec.as_mut() {
+            s.termination_grace_period_seconds = Some(0);
+        }
+        assert_eq!(grace_period(&pod), MIN_GRACE_PERIOD);
+        pod.metadata.deletion_grace_period_seconds = Some(7);
+        assert_eq!(grace_period(&pod), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn hash_follows_the_spec() {
+        let a = Container {
+            name: "a".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        assert_eq!(container_hash(&a), container_hash(&b));
+        b.command = Some(vec!["sleep".into()]);
+        assert_ne!(container_hash(&a), container_hash(&b));
+    }
+}
