@@ -1,0 +1,129 @@
+//! The `--config` file: `KubeletConfiguration` in `kubelet.config.k8s.io/v1beta1`
+//! (upstream `staging/src/k8s.io/kubelet/config/v1beta1/types.go`), the fields
+//! kubelet-rs reads. Unknown fields are reported and ignored, as upstream's
+//! lenient decoding does; zero values mean "use the default".
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The fields of a KubeletConfiguration file that kubelet-rs understands.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+#[allow(missing_docs)]
+pub struct KubeletConfiguration {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub static_pod_path: Option<String>,
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: Option<String>,
+    #[serde(rename = "staticPodURLHeader")]
+    pub static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
+    pub sync_frequency: Option<String>,
+    pub file_check_frequency: Option<String>,
+    pub http_check_frequency: Option<String>,
+    pub healthz_bind_address: Option<String>,
+    pub healthz_port: Option<i32>,
+    pub cluster_domain: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub runtime_request_timeout: Option<String>,
+    pub max_pods: Option<i32>,
+    pub resolv_conf: Option<String>,
+    pub cgroup_driver: Option<String>,
+    pub cgroup_root: Option<String>,
+    pub pod_logs_dir: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub image_service_endpoint: Option<String>,
+    pub feature_gates: Option<BTreeMap<String, bool>>,
+    pub register_with_taints: Option<Vec<serde_json::Value>>,
+    pub logging: Option<Logging>,
+    /// Everything else: accepted, reported, ignored.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// `logging` section.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Logging {
+    /// klog verbosity.
+    pub verbosity: Option<u8>,
+}
+
+/// Fields kubelet-rs knows from upstream but does not act on yet (no warning for these).
+const KNOWN_UNUSED: &[&str] = &[
+    "address", "port", "readOnlyPort", "authentication", "authorization", "rotateCertificates",
+    "serverTLSBootstrap", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsMinVersion",
+    "evictionHard", "evictionSoft", "evictionPressureTransitionPeriod", "failSwapOn", "memorySwap",
+    "nodeStatusUpdateFrequency", "nodeStatusReportFrequency", "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod", "cpuManagerPolicy", "cpuManagerReconcilePeriod", "memoryManagerPolicy",
+    "topologyManagerPolicy", "topologyManagerScope", "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods", "streamingConnectionIdleTimeout", "enableServer",
+    "enableDebuggingHandlers", "enableProfilingHandler", "enableContentionProfiling",
+    "serializeImagePulls", "kubeAPIQPS", "kubeAPIBurst", "eventRecordQPS", "eventBurst",
+    "registryPullQPS", "registryBurst", "cgroupsPerQOS", "kubeReserved", "systemReserved",
+    "enforceNodeAllocatable", "containerLogMaxSize", "containerLogMaxFiles", "hairpinMode",
+    "podPidsLimit", "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit",
+    "iptablesDropBit", "oomScoreAdj", "podCIDR", "providerID", "registerNode", "kernelMemcgNotification",
+    "configMapAndSecretChangeDetectionStrategy", "systemReservedCgroup", "kubeReservedCgroup",
+    "healthzBindAddress", "seccompDefault", "localStorageCapacityIsolation", "containerRuntimeEndpoint",
+];
+
+/// Errors reading the config file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Unreadable file.
+    #[error("failed to read kubelet config file {path:?}: {source}")]
+    Read {
+        /// File.
+        path: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not YAML/JSON of the right shape.
+    #[error("failed to decode kubelet config file {path:?}: {message}")]
+    Decode {
+        /// File.
+        path: String,
+        /// Parser message.
+        message: String,
+    },
+}
+
+impl KubeletConfiguration {
+    /// Reads and checks a config file. Returns the configuration and the
+    /// names of fields it ignored.
+    pub fn load(path: &Path) -> Result<(Self, Vec<String>), FileError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: p.clone(), source })?;
+        Self::parse(&text).map_err(|message| FileError::Decode { path: p, message })
+    }
+
+    /// Parses YAML or JSON text (JSON is YAML).
+    pub fn parse(text: &str) -> Result<(Self, Vec<String>), String> {
+        let cfg: Self = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        match cfg.kind.as_deref() {
+            Some("KubeletConfiguration") => {}
+            other => return Err(format!("kind: expected \"KubeletConfiguration\", got {other:?}")),
+        }
+        match cfg.api_version.as_deref() {
+            Some("kubelet.config.k8s.io/v1beta1" | "kubelet.config.k8s.io/v1") => {}
+            other => {
+                return Err(format!(
+                    "apiVersion: expected \"kubelet.config.k8s.io/v1beta1\", got {other:?}"
+                ));
+            }
+        }
+        let ignored = cfg
+            .other
+            .keys()
+            .filter(|k| !KNOWN_UNUSED.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        Ok((cfg, ignored))
+    }
+}

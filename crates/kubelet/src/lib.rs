@@ -1,0 +1,14 @@
+//! The kubelet-rs node agent (upstream `pkg/kubelet`).
+//!
+//! Pod sources ([`podconfig`]) feed one merged channel of pod updates into the
+//! [`sync_loop`], which dispatches each pod to its worker ([`pod_workers`]);
+//! workers sync pods through the runtime manager of `kubelet-runtime`. The
+//! PLEG wakes pods whose containers changed; [`status`] turns runtime state
+//! into API pod status; [`healthz`] serves the local health endpoint. [`App`]
+//! wires it all under one cancellation tree.
+
+pub mod config;
+pub mod logging;
+pub mod podconfig;
+
+pub use config::{ConfigError, KubeletConfig};

@@ -1,0 +1,220 @@
+//! Static pods from a directory or file (upstream `pkg/kubelet/config/file.go`,
+//! `file_linux.go`): every `*.yaml`, `*.yml` and `*.json` file (dotfiles
+//! ignored) is one pod. Re-read on inotify events (debounced) and every
+//! `fileCheckFrequency`. A file that cannot be read or parsed is reported with
+//! its name and reason and left out; the other pods are unaffected.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::Source;
+use notify::Watcher;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::manifest::parse_pod_document;
+use super::{SourceSender, SourceUpdate};
+
+/// Manifest files that were refused, with the reason (for tests, logs and later events).
+pub type ManifestErrors = Arc<Mutex<BTreeMap<PathBuf, String>>>;
+
+/// The static pod file source.
+pub struct FileSource {
+    path: PathBuf,
+    node_name: String,
+    period: Duration,
+    errors: ManifestErrors,
+}
+
+fn is_manifest(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    !name.starts_with('.')
+        && matches!(
+            p.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        )
+}
+
+impl FileSource {
+    /// A source reading `path` for node `node_name`, re-read every `period`.
+    pub fn new(path: PathBuf, node_name: String, period: Duration) -> Self {
+        Self {
+            path,
+            node_name,
+            period,
+            errors: Arc::default(),
+        }
+    }
+
+    /// The refused manifests, shared.
+    pub fn errors(&self) -> ManifestErrors {
+        self.errors.clone()
+    }
+
+    /// Reads every manifest now. Never fails: problems are recorded per file.
+    pub fn read_pods(&self) -> Vec<Pod> {
+        let mut errors = BTreeMap::new();
+        let mut pods = Vec::new();
+        let files: Vec<PathBuf> = match std::fs::metadata(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                debug!(path = %self.path.display(), "Static pod path does not exist");
+                vec![]
+            }
+            Err(e) => {
+                errors.insert(self.path.clone(), format!("cannot read static pod path: {e}"));
+                vec![]
+            }
+            Ok(m) if m.is_dir() => match std::fs::read_dir(&self.path) {
+                Ok(rd) => {
+                    let mut v: Vec<PathBuf> = rd
+                        .filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| is_manifest(p) && p.is_file())
+                        .collect();
+                    v.sort();
+                    v
+                }
+                Err(e) => {
+                    errors.insert(self.path.clone(), format!("cannot list static pod directory: {e}"));
+                    vec![]
+                }
+            },
+            Ok(_) => vec![self.path.clone()],
+        };
+        for f in files {
+            let origin = f.display().to_string();
+            let res = std::fs::read_to_string(&f)
+                .map_err(|e| format!("cannot read file: {e}"))
+                .and_then(|text| {
+                    parse_pod_document(&text, Source::File, &origin, &self.node_name).map_err(|e| e.0)
+                });
+            match res {
+                Ok(p) => pods.push(p),
+                Err(reason) => {
+                    errors.insert(f, reason);
+                }
+            }
+        }
+        let mut current = self.errors.lock();
+        for (f, reason) in &errors {
+            if current.get(f) != Some(reason) {
+                warn!(file = %f.display(), %reason, "Could not process manifest file");
+            }
+        }
+        for f in current.keys() {
+            if !errors.contains_key(f) {
+                info!(file = %f.display(), "Manifest file is readable again");
+            }
+        }
+        *current = errors;
+        pods
+    }
+
+    /// Sends a snapshot now, on every change in the directory (debounced), and every period, until `stop`.
+    pub async fn run(self, tx: SourceSender, stop: CancellationToken) {
+        let changed = Arc::new(Notify::new());
+        let n = changed.clone();
+        // Watch the directory itself, or the file's directory when a single file is configured.
+        let watch_dir = if self.path.is_dir() {
+            self.path.clone()
+        } else {
+            self.path.parent().map(Path::to_path_buf).unwrap_or_else(|| self.path.clone())
+        };
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if res.is_ok() {
+                n.notify_one();
+            }
+        })
+        .and_then(|mut w| w.watch(&watch_dir, notify::RecursiveMode::NonRecursive).map(|()| w));
+        let _watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(path = %watch_dir.display(), error = %e, "Cannot watch static pod path; polling only");
+                None
+            }
+        };
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let pods = self.read_pods();
+            if tx.send(SourceUpdate { source: Source::File, pods }).await.is_err() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = changed.notified() => {
+                    // Editors write in several steps; let them finish.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ = tick.tick() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n  containers: [{name: c, image: 'busybox:1'}]\n";
+
+    #[test]
+    fn reads_manifests_skips_dotfiles_and_reports_bad_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).expect("write");
+        std::fs::write(dir.path().join("b.json"), r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"},"spec":{"containers":[{"name":"c","image":"i:1"}]}}"#).expect("write");
+        std::fs::write(dir.path().join(".hidden.yaml"), POD.replace("NAME", "h")).expect("write");
+        std::fs::write(dir.path().join("notes.txt"), "hello").expect("write");
+        std::fs::write(dir.path().join("broken.yaml"), "apiVersion: v1\nkind: Pod\nspec: [").expect("write");
+        let src = FileSource::new(dir.path().to_path_buf(), "n".into(), Duration::from_secs(20));
+        let pods = src.read_pods();
+        let mut names: Vec<_> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec!["a-n", "b-n"]);
+        let errors = src.errors().lock().clone();
+        assert_eq!(errors.len(), 1);
+        let (file, reason) = errors.iter().next().expect("one error");
+        assert!(file.ends_with("broken.yaml"));
+        assert!(reason.contains("invalid YAML"), "{reason}");
+        // Fixed: the error clears.
+        std::fs::write(dir.path().join("broken.yaml"), POD.replace("NAME", "x")).expect("write");
+        assert_eq!(src.read_pods().len(), 3);
+        assert!(src.errors().lock().is_empty());
+    }
+
+    #[test]
+    fn missing_path_is_an_empty_snapshot() {
+        let src = FileSource::new("/nonexistent/kubelet-rs".into(), "n".into(), Duration::from_secs(20));
+        assert!(src.read_pods().is_empty());
+        assert!(src.errors().lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn inotify_picks_up_new_files_quickly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = FileSource::new(dir.path().to_path_buf(), "n".into(), Duration::from_secs(3600));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let stop = CancellationToken::new();
+        tokio::spawn(src.run(tx, stop.clone()));
+        let first = rx.recv().await.expect("initial snapshot");
+        assert!(first.pods.is_empty());
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).expect("write");
+        let next = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let u = rx.recv().await.expect("snapshot");
+                if !u.pods.is_empty() {
+                    return u;
+                }
+            }
+        })
+        .await
+        .expect("change seen well before the hour-long period");
+        assert_eq!(next.pods.len(), 1);
+        stop.cancel();
+    }
+}

@@ -1,0 +1,88 @@
+//! Decoding pod manifests (YAML or JSON) as the file and HTTP sources read them
+//! (upstream `pkg/kubelet/config/common.go` `tryDecodeSinglePod`/`tryDecodePodList`).
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::Source;
+use kubelet_types::defaults::apply_static_defaults;
+
+/// Why a manifest was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ManifestError(pub String);
+
+/// Manifests larger than this are refused (a manifest URL could send anything).
+const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
+
+fn decode(text: &str) -> Result<serde_json::Value, ManifestError> {
+    if text.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError(format!("manifest is larger than {MAX_MANIFEST_BYTES} bytes")));
+    }
+    serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| ManifestError(format!("invalid YAML/JSON: {e}")))
+}
+
+fn to_pod(v: serde_json::Value, source: Source, origin: &str, node: &str) -> Result<Pod, ManifestError> {
+    let mut pod: Pod = serde_json::from_value(v).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+    apply_static_defaults(&mut pod, source, origin, node).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+    Ok(pod)
+}
+
+/// One pod from a manifest file; `kind: Pod` is required.
+pub fn parse_pod_document(text: &str, source: Source, origin: &str, node: &str) -> Result<Pod, ManifestError> {
+    let v = decode(text)?;
+    match v.get("kind").and_then(|k| k.as_str()) {
+        Some("Pod") => to_pod(v, source, origin, node),
+        Some(other) => Err(ManifestError(format!("kind {other:?} is not \"Pod\""))),
+        None => Err(ManifestError("Object 'Kind' is missing".into())),
+    }
+}
+
+/// A single Pod or a PodList (HTTP source). Any invalid pod refuses the whole document.
+pub fn parse_pods_document(text: &str, source: Source, origin: &str, node: &str) -> Result<Vec<Pod>, ManifestError> {
+    let v = decode(text)?;
+    match v.get("kind").and_then(|k| k.as_str()) {
+        Some("Pod") => Ok(vec![to_pod(v, source, origin, node)?]),
+        Some("PodList") => {
+            let items = v.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default();
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| to_pod(item, source, origin, node).map_err(|e| ManifestError(format!("items[{i}]: {e}"))))
+                .collect()
+        }
+        Some(other) => Err(ManifestError(format!("kind {other:?} is neither \"Pod\" nor \"PodList\""))),
+        None => Err(ManifestError("Object 'Kind' is missing".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: busybox:1}]\n";
+
+    #[test]
+    fn single_pod_and_list() {
+        let p = parse_pod_document(POD, Source::File, "/m/a.yaml", "n1").expect("pod");
+        assert_eq!(p.metadata.name.as_deref(), Some("a-n1"));
+        let list = r#"{"apiVersion":"v1","kind":"PodList","items":[
+            {"metadata":{"name":"x"},"spec":{"containers":[{"name":"c","image":"i:1"}]}},
+            {"metadata":{"name":"y"},"spec":{"containers":[{"name":"c","image":"i:1"}]}}]}"#;
+        let pods = parse_pods_document(list, Source::Http, "http://h/p", "n1").expect("list");
+        assert_eq!(pods.len(), 2);
+        assert_ne!(pods[0].metadata.uid, pods[1].metadata.uid);
+    }
+
+    #[test]
+    fn bad_manifests_say_why() {
+        let e = parse_pod_document("kind: Pod\nspec: [", Source::File, "f", "n").expect_err("yaml");
+        assert!(e.0.contains("invalid YAML"), "{e}");
+        let e = parse_pod_document("apiVersion: v1\nkind: Service\n", Source::File, "f", "n").expect_err("kind");
+        assert!(e.0.contains("Service"), "{e}");
+        let e = parse_pod_document("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n", Source::File, "f", "n")
+            .expect_err("no containers");
+        assert!(e.0.contains("spec.containers"), "{e}");
+        let e = parse_pod_document("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: 5}\n", Source::File, "f", "n")
+            .expect_err("wrong type");
+        assert!(e.0.contains("invalid pod"), "{e}");
+    }
+}

@@ -1,0 +1,97 @@
+//! Pod configuration sources merged into one stream of pod updates
+//! (upstream `pkg/kubelet/config`).
+//!
+//! Each source ([`file`], [`http`], and the apiserver in cluster mode) sends
+//! complete snapshots of its pods ([`SourceUpdate`], a SET). One merger task
+//! keeps the pods of every source in a [`PodStorage`] and turns each snapshot
+//! into ADD / UPDATE / DELETE / REMOVE / RECONCILE updates for the sync loop.
+//! [`SourcesReady`] tells the sync loop when every configured source has
+//! reported once: no orphan is cleaned up before that.
+
+pub mod file;
+pub mod http;
+mod manifest;
+mod storage;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::{PodUpdate, Source};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+pub use manifest::{ManifestError, parse_pod_document, parse_pods_document};
+pub use storage::PodStorage;
+
+/// A complete snapshot of one source's pods (upstream `PodUpdate{Op: SET}`).
+#[derive(Debug, Clone)]
+pub struct SourceUpdate {
+    /// The source.
+    pub source: Source,
+    /// All of its pods, defaulted.
+    pub pods: Vec<Pod>,
+}
+
+/// Which configured sources have sent at least one snapshot (upstream `SeenAllSources`).
+#[derive(Debug, Default)]
+pub struct SourcesReady {
+    expected: HashSet<Source>,
+    seen: Mutex<HashSet<Source>>,
+}
+
+impl SourcesReady {
+    /// Expects the given sources.
+    pub fn new(expected: impl IntoIterator<Item = Source>) -> Self {
+        Self {
+            expected: expected.into_iter().collect(),
+            seen: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn mark(&self, s: Source) {
+        self.seen.lock().insert(s);
+    }
+
+    /// True once every expected source reported.
+    pub fn all_ready(&self) -> bool {
+        let seen = self.seen.lock();
+        self.expected.iter().all(|s| seen.contains(s))
+    }
+}
+
+/// Handle sources use to send snapshots to the merger.
+pub type SourceSender = mpsc::Sender<SourceUpdate>;
+
+/// Starts the merger task: snapshots in, pod updates out.
+pub fn spawn_merger(
+    expected: &[Source],
+    stop: CancellationToken,
+) -> (SourceSender, mpsc::Receiver<PodUpdate>, Arc<SourcesReady>, Arc<Mutex<PodStorage>>) {
+    let (src_tx, mut src_rx) = mpsc::channel::<SourceUpdate>(64);
+    let (out_tx, out_rx) = mpsc::channel::<PodUpdate>(64);
+    let ready = Arc::new(SourcesReady::new(expected.iter().copied()));
+    let storage = Arc::new(Mutex::new(PodStorage::default()));
+    let (r, st) = (ready.clone(), storage.clone());
+    tokio::spawn(async move {
+        loop {
+            let update = tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                u = src_rx.recv() => match u { Some(u) => u, None => return },
+            };
+            let now = jiff::Timestamp::now().to_string();
+            let updates = st.lock().merge(update.source, update.pods, &now);
+            r.mark(update.source);
+            for u in updates {
+                debug!(op = ?u.op, source = %u.source, pods = u.pods.len(), "Pod config update");
+                if out_tx.send(u).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (src_tx, out_rx, ready, storage)
+}
