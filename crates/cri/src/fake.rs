@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::pb::{self, ContainerState, PodSandboxState};
-use crate::service::{ImageService, RuntimeService, labels_match};
+use crate::service::{ImageService, RuntimeService};
 use crate::{CriError, Result};
 
 #[derive(Default)]
@@ -145,6 +145,11 @@ impl FakeRuntime {
         }
         Ok(())
     }
+}
+
+/// Labels matched with AND, as CRI label selectors are.
+fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 fn not_found(op: &'static str, what: &str) -> CriError {

@@ -2,7 +2,6 @@
 //! CRI `RuntimeService` and `ImageService` the kubelet's sync path uses
 //! (upstream `internalapi.RuntimeService` / `internalapi.ImageManagerService`).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::Result;
@@ -66,7 +65,3 @@ pub trait ImageService: Send + Sync + 'static {
     async fn remove_image(&self, image: &str) -> Result<()>;
 }
 
-/// Labels matched with AND, as CRI label selectors are.
-pub(crate) fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}

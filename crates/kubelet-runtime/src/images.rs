@@ -64,6 +64,12 @@ impl ImageManager {
             return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
         }
         let _turn = self.serialize.lock().await;
+        // Another pod may have pulled it while this one waited its turn.
+        if policy != "Always"
+            && let Ok(Some(img)) = self.images.image_status(image).await
+        {
+            return Ok(img.id);
+        }
         info!(image, "Pulling image");
         match self.images.pull_image(image, None, None).await {
             Ok(image_ref) => {

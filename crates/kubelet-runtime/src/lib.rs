@@ -21,3 +21,4 @@ mod sandbox;
 pub use error::{Error, Result};
 pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
+pub use sandbox::qos_class as sandbox_qos_class;

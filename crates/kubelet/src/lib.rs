@@ -7,8 +7,15 @@
 //! into API pod status; [`healthz`] serves the local health endpoint. [`App`]
 //! wires it all under one cancellation tree.
 
+mod app;
 pub mod config;
+pub mod healthz;
 pub mod logging;
+pub mod pod_sync;
+pub mod pod_workers;
 pub mod podconfig;
+pub mod status;
+pub mod sync_loop;
 
+pub use app::{App, AppError, AppHandle, Running};
 pub use config::{ConfigError, KubeletConfig};

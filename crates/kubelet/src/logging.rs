@@ -25,5 +25,7 @@ pub fn init(verbosity: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter_for(verbosity))
         .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

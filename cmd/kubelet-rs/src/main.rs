@@ -1,0 +1,98 @@
+//! kubelet-rs entry point: parse flags, resolve configuration, start the
+//! kubelet, stop it on SIGTERM/SIGINT (containers keep running, as upstream).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use kubelet::config::{Flags, KubeletConfiguration, deprecated_in_use};
+use kubelet::{App, KubeletConfig, logging};
+use tracing::{error, info, warn};
+
+/// EX_USAGE: bad flags or configuration.
+const EX_USAGE: u8 = 64;
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn resolve(flags: &Flags) -> anyhow::Result<(KubeletConfig, Vec<String>)> {
+    let (file, ignored) = match &flags.config {
+        Some(path) => {
+            let (f, ignored) = KubeletConfiguration::load(path)?;
+            (Some(f), ignored)
+        }
+        None => (None, vec![]),
+    };
+    Ok((KubeletConfig::resolve(flags, file.as_ref(), &hostname())?, ignored))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => info!("Received SIGTERM"),
+                _ = int.recv() => info!("Received SIGINT"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    if flags.version {
+        // kubeadm matches `^Kubernetes v<semver>([-0-9a-zA-Z_.+]*)?$`: our own version rides as build metadata.
+        println!("Kubernetes {}+kubelet-rs.{}", kubelet_types::KUBERNETES_VERSION, env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let (cfg, ignored) = match resolve(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubelet-rs: invalid configuration: {e:#}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    logging::init(cfg.verbosity);
+    for field in ignored {
+        warn!(%field, "Unknown field in the config file; ignored");
+    }
+    for (flag, value) in deprecated_in_use(&flags) {
+        warn!(%flag, %value, "Flag is deprecated and has no effect with a CRI runtime");
+    }
+    if cfg.kubeconfig.is_some() || cfg.bootstrap_kubeconfig.is_some() {
+        warn!("Cluster mode (apiserver pod source, node registration) is not implemented yet; running static pods only");
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kubelet-rs: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let app = match App::build(cfg).await {
+            Ok(app) => app,
+            Err(e) => {
+                error!(error = %e, "Failed to start kubelet");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut running = app.spawn();
+        let code = tokio::select! {
+            () = shutdown_signal() => ExitCode::SUCCESS,
+            () = running.sync_loop_exited() => {
+                error!("Sync loop exited unexpectedly");
+                ExitCode::FAILURE
+            }
+        };
+        running.shutdown(Duration::from_secs(10)).await;
+        code
+    })
+}

@@ -1,0 +1,93 @@
+//! The pod sync the workers run (upstream `Kubelet.syncPod` and `killPod`):
+//! read runtime state, record the generated API status, apply the runtime
+//! manager's actions; or stop, and for pods gone for good, remove.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_runtime::KubeRuntimeManager;
+use kubelet_types::pod;
+use tracing::info;
+
+use crate::pod_workers::{PodSyncer, SyncOutcome};
+use crate::status::{StatusManager, generate_api_pod_status};
+
+/// Syncs pods on a CRI runtime and records their status.
+pub struct RuntimePodSyncer {
+    runtime: Arc<KubeRuntimeManager>,
+    status: Arc<StatusManager>,
+    runtime_name: String,
+}
+
+impl RuntimePodSyncer {
+    /// `runtime_name` prefixes container IDs in status (`containerd`).
+    pub fn new(runtime: Arc<KubeRuntimeManager>, status: Arc<StatusManager>, runtime_name: String) -> Self {
+        Self {
+            runtime,
+            status,
+            runtime_name,
+        }
+    }
+
+    fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
+        let uid = pod::uid(p);
+        let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
+        let api = generate_api_pod_status(p, rs, &waiting, &self.runtime_name);
+        self.status.set_pod_status(uid, api);
+    }
+}
+
+#[async_trait::async_trait]
+impl PodSyncer for RuntimePodSyncer {
+    async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
+        let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
+        let before = match self.runtime.get_pod_status(uid, name, ns).await {
+            Ok(s) => s,
+            Err(e) => {
+                return SyncOutcome {
+                    error: Some(format!("cannot read pod status from the runtime: {e}")),
+                    requeue_after: None,
+                };
+            }
+        };
+        self.record(p, &before);
+        let result = self.runtime.sync_pod(p, &before, SystemTime::now()).await;
+        // Failed starts change the waiting reasons: show them now rather than on the next sync.
+        if !result.errors.is_empty() {
+            self.record(p, &before);
+        }
+        let error = (!result.errors.is_empty()).then(|| {
+            result
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        SyncOutcome {
+            error,
+            requeue_after: result.requeue_after,
+        }
+    }
+
+    async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), String> {
+        let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
+        let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
+        self.runtime
+            .kill_pod(&status, pod::grace_period(p), true)
+            .await
+            .map_err(|e| e.to_string())?;
+        if remove {
+            let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
+            self.runtime.remove_pod(&status).await.map_err(|e| e.to_string())?;
+            self.status.remove(uid);
+            info!("Pod stopped and removed");
+        } else {
+            let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
+            self.record(p, &status);
+            info!("Pod stopped");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! One worker task per pod UID (upstream `pkg/kubelet/pod_workers.go`).
+//!
+//! Invariant: at most one sync or kill of a pod runs at a time. Updates that
+//! arrive while a worker is busy collapse into one pending slot, latest wins,
+//! except that a pending kill is never replaced by a sync. After each piece of
+//! work the worker puts the pod back on the [`WorkQueue`]: at the end of a
+//! backoff window, after an error, or after the resync interval with jitter.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::pod;
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+/// Upstream `backOffPeriod`: retry a failed sync after this long.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What to do with a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkKind {
+    /// Bring the runtime to the pod's spec.
+    Sync,
+    /// Stop the pod's containers and sandbox; with `remove`, delete them too.
+    Kill {
+        /// Also remove containers, sandboxes and logs (the pod is gone for good).
+        remove: bool,
+    },
+}
+
+/// One unit of work for a pod worker.
+#[derive(Clone, Debug)]
+pub struct PodWork {
+    /// Sync or kill.
+    pub kind: WorkKind,
+    /// The pod, as currently desired (or a stub built from runtime labels for orphans).
+    pub pod: Arc<Pod>,
+}
+
+/// Result of a sync, as the worker needs it.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    /// The sync failed: retry after [`ERROR_BACKOFF`] (or `requeue_after` if sooner).
+    pub error: Option<String>,
+    /// Sync again after this long.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The pod sync implementation the workers call (upstream `Kubelet.syncPod` / `killPod`).
+#[async_trait::async_trait]
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Syncs a desired pod.
+    async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome;
+    /// Kills (and with `remove`, removes) a pod.
+    async fn kill_pod(&self, pod: &Arc<Pod>, remove: bool) -> Result<(), String>;
+}
+
+/// Pods due for a sync at a given time (upstream `queue.WorkQueue`).
+#[derive(Default)]
+pub struct WorkQueue {
+    due: Mutex<HashMap<String, Instant>>,
+}
+
+impl WorkQueue {
+    /// Puts `uid` on the queue, due after `delay` (replacing an earlier entry).
+    pub fn enqueue(&self, uid: &str, delay: Duration) {
+        self.due.lock().insert(uid.to_string(), Instant::now() + delay);
+    }
+
+    /// Takes every UID due by now.
+    pub fn take_due(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut due = self.due.lock();
+        let ready: Vec<String> = due.iter().filter(|(_, t)| **t <= now).map(|(u, _)| u.clone()).collect();
+        for u in &ready {
+            due.remove(u);
+        }
+        ready
+    }
+
+    /// Forgets a pod.
+    pub fn remove(&self, uid: &str) {
+        self.due.lock().remove(uid);
+    }
+
+    /// Number of queued pods.
+    pub fn len(&self) -> usize {
+        self.due.lock().len()
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+struct Slot {
+    pending: Mutex<Option<PodWork>>,
+    wake: Notify,
+    stop: CancellationToken,
+    /// Set once a `Kill { remove: true }` finished: the worker may be forgotten.
+    removed: Mutex<bool>,
+}
+
+/// The set of pod workers.
+pub struct PodWorkers {
+    workers: Mutex<HashMap<String, Arc<Slot>>>,
+    syncer: Arc<dyn PodSyncer>,
+    queue: Arc<WorkQueue>,
+    resync: Duration,
+    stop: CancellationToken,
+}
+
+fn jittered(d: Duration) -> Duration {
+    // Upstream workerResyncIntervalJitterFactor = 0.5.
+    d + d.mul_f64(rand::rng().random_range(0.0..0.5))
+}
+
+impl PodWorkers {
+    /// Workers that call `syncer`, requeue on `queue` and resync every `resync` (with jitter).
+    pub fn new(syncer: Arc<dyn PodSyncer>, queue: Arc<WorkQueue>, resync: Duration, stop: CancellationToken) -> Self {
+        Self {
+            workers: Mutex::new(HashMap::new()),
+            syncer,
+            queue,
+            resync,
+            stop,
+        }
+    }
+
+    /// Hands work to the pod's worker, starting one if needed.
+    pub fn update_pod(&self, work: PodWork) {
+        let uid = pod::uid(&work.pod).to_string();
+        let mut workers = self.workers.lock();
+        if let Some(slot) = workers.get(&uid) {
+            {
+                let mut pending = slot.pending.lock();
+                let keep_kill = matches!(pending.as_ref().map(|w| &w.kind), Some(WorkKind::Kill { .. }))
+                    && work.kind == WorkKind::Sync;
+                if !keep_kill {
+                    *pending = Some(work);
+                }
+            }
+            *slot.removed.lock() = false;
+            slot.wake.notify_one();
+            return;
+        }
+        let slot = Arc::new(Slot {
+            pending: Mutex::new(Some(work.clone())),
+            wake: Notify::new(),
+            stop: self.stop.child_token(),
+            removed: Mutex::new(false),
+        });
+        slot.wake.notify_one();
+        let span = info_span!("pod_worker", pod = %pod::describe(&work.pod));
+        tokio::spawn(
+            run_worker(slot.clone(), self.syncer.clone(), self.queue.clone(), self.resync).instrument(span),
+        );
+        workers.insert(uid, slot);
+    }
+
+    /// True when the pod has a worker.
+    pub fn has_worker(&self, uid: &str) -> bool {
+        self.workers.lock().contains_key(uid)
+    }
+
+    /// UIDs with a worker.
+    pub fn uids(&self) -> Vec<String> {
+        self.workers.lock().keys().cloned().collect()
+    }
+
+    /// True when the pod's last work was a completed removal and nothing is pending.
+    pub fn is_removed(&self, uid: &str) -> bool {
+        self.workers
+            .lock()
+            .get(uid)
+            .is_some_and(|s| *s.removed.lock() && s.pending.lock().is_none())
+    }
+
+    /// Stops and forgets the worker of a pod that is gone (upstream `ForgetWorker`).
+    pub fn forget(&self, uid: &str) {
+        if let Some(slot) = self.workers.lock().remove(uid) {
+            slot.stop.cancel();
+        }
+        self.queue.remove(uid);
+    }
+}
+
+async fn run_worker(slot: Arc<Slot>, syncer: Arc<dyn PodSyncer>, queue: Arc<WorkQueue>, resync: Duration) {
+    loop {
+        tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return,
+            () = slot.wake.notified() => {}
+        }
+        // Drain: the slot may have been refilled while we worked.
+        loop {
+            let next = slot.pending.lock().take();
+            let Some(work) = next else { break };
+            let uid = pod::uid(&work.pod).to_string();
+            match work.kind {
+                WorkKind::Sync => {
+                    let out = syncer.sync_pod(&work.pod).await;
+                    let mut next = jittered(resync);
+                    if let Some(e) = &out.error {
+                        warn!(error = %e, "Error syncing pod, skipping");
+                        next = next.min(ERROR_BACKOFF);
+                    }
+                    if let Some(r) = out.requeue_after {
+                        next = next.min(r);
+                    }
+                    debug!(?next, "Pod synced; requeued");
+                    queue.enqueue(&uid, next);
+                }
+                WorkKind::Kill { remove } => match syncer.kill_pod(&work.pod, remove).await {
+                    Ok(()) => {
+                        queue.remove(&uid);
+                        *slot.removed.lock() = remove;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "Error killing pod; will retry");
+                        // Retry the kill unless newer work arrived meanwhile.
+                        {
+                            let mut pending = slot.pending.lock();
+                            if pending.is_none() {
+                                *pending = Some(work.clone());
+                            }
+                        }
+                        tokio::select! {
+                            biased;
+                            () = slot.stop.cancelled() => return,
+                            () = tokio::time::sleep(ERROR_BACKOFF) => {}
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Records calls; each sync takes 100ms of (paused) time.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<(String, String)>>,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+        fail: Mutex<bool>,
+    }
+
+    #[async_trait::async_trait]
+    impl PodSyncer for Recorder {
+        async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
+            let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let image = pod::containers(p)[0].image.clone().unwrap_or_default();
+            self.calls.lock().push(("sync".into(), image));
+            SyncOutcome {
+                error: self.fail.lock().then(|| "boom".to_string()),
+                requeue_after: None,
+            }
+        }
+        async fn kill_pod(&self, _p: &Arc<Pod>, remove: bool) -> Result<(), String> {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.calls.lock().push(("kill".into(), remove.to_string()));
+            Ok(())
+        }
+    }
+
+    fn pod(image: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "u1"},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }))
+            .expect("pod"),
+        )
+    }
+
+    fn sync(image: &str) -> PodWork {
+        PodWork {
+            kind: WorkKind::Sync,
+            pod: pod(image),
+        }
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_coalesce_latest_wins_one_at_a_time() {
+        let rec = Arc::new(Recorder::default());
+        let q = Arc::new(WorkQueue::default());
+        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        w.update_pod(sync("v0"));
+        tokio::time::sleep(Duration::from_millis(10)).await; // v0 is now being synced
+        for i in 1..=50 {
+            w.update_pod(sync(&format!("v{i}")));
+        }
+        settle().await;
+        let calls = rec.calls.lock().clone();
+        assert_eq!(calls, vec![("sync".into(), "v0".into()), ("sync".into(), "v50".into())]);
+        assert_eq!(rec.max_in_flight.load(Ordering::SeqCst), 1);
+        assert_eq!(q.len(), 1, "requeued for resync");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_kill_is_never_overwritten_by_a_sync() {
+        let rec = Arc::new(Recorder::default());
+        let q = Arc::new(WorkQueue::default());
+        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        w.update_pod(sync("v0"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.update_pod(PodWork {
+            kind: WorkKind::Kill { remove: true },
+            pod: pod("v0"),
+        });
+        w.update_pod(sync("v1"));
+        settle().await;
+        let calls = rec.calls.lock().clone();
+        assert_eq!(calls, vec![("sync".into(), "v0".into()), ("kill".into(), "true".into())]);
+        assert!(w.is_removed("u1"));
+        assert_eq!(q.len(), 0);
+        w.forget("u1");
+        assert!(!w.has_worker("u1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_syncs_retry_after_backoff_and_resync_has_jitter() {
+        let rec = Arc::new(Recorder::default());
+        *rec.fail.lock() = true;
+        let q = Arc::new(WorkQueue::default());
+        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        w.update_pod(sync("v0"));
+        settle().await;
+        assert!(q.take_due().is_empty());
+        tokio::time::advance(ERROR_BACKOFF).await;
+        assert_eq!(q.take_due(), vec!["u1".to_string()]);
+        *rec.fail.lock() = false;
+        w.update_pod(sync("v0"));
+        settle().await;
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(q.take_due().is_empty(), "not before the resync interval");
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(q.take_due(), vec!["u1".to_string()], "due within interval + 50% jitter");
+    }
+}

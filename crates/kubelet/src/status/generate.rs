@@ -1,0 +1,319 @@
+//! API pod status from runtime state (upstream `generateAPIPodStatus`,
+//! `convertToAPIContainerStatuses`, `getPhase`, `status/generate.go`).
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubelet_runtime::pod_status::{self as rt, ContainerState as RtState};
+use kubelet_types::pod::{self, RestartPolicy};
+
+/// Why a container waits, from the runtime manager (upstream `ReasonCache`).
+pub type Waiting<'a> = &'a dyn Fn(&str) -> Option<(&'static str, String)>;
+
+fn time(t: SystemTime) -> Option<Time> {
+    jiff::Timestamp::try_from(t).ok().map(Time)
+}
+
+fn terminated(s: &rt::ContainerStatus, runtime: &str) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        exit_code: s.exit_code,
+        reason: (!s.reason.is_empty()).then(|| s.reason.clone()),
+        message: (!s.message.is_empty()).then(|| s.message.clone()),
+        started_at: s.started_at.and_then(time),
+        finished_at: s.finished_at.and_then(time),
+        container_id: Some(format!("{runtime}://{}", s.id)),
+        signal: None,
+    }
+}
+
+fn container_status(
+    c: &Container,
+    status: &rt::PodStatus,
+    waiting: Waiting<'_>,
+    runtime: &str,
+    default_reason: &str,
+) -> ContainerStatus {
+    let mut instances = status.instances(&c.name);
+    let latest = instances.next();
+    let previous = instances.find(|s| s.state == RtState::Exited);
+    let mut out = ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let Some(latest) = latest else {
+        let (reason, message) = waiting(&c.name).unwrap_or((default_reason, String::new()));
+        out.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.to_string()),
+                message: (!message.is_empty()).then_some(message),
+            }),
+            ..Default::default()
+        });
+        out.started = Some(false);
+        return out;
+    };
+    out.container_id = Some(format!("{runtime}://{}", latest.id));
+    out.image_id = latest.image_ref.clone();
+    out.restart_count = latest.restart_count;
+    out.last_state = previous.map(|p| ContainerState {
+        terminated: Some(terminated(p, runtime)),
+        ..Default::default()
+    });
+    match latest.state {
+        RtState::Running => {
+            out.state = Some(ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: latest.started_at.and_then(time),
+                }),
+                ..Default::default()
+            });
+            out.ready = true;
+            out.started = Some(true);
+        }
+        RtState::Exited => {
+            // A failed restart (backoff, pull) shows as waiting, the exit as lastState.
+            if let Some((reason, message)) = waiting(&c.name) {
+                out.last_state = Some(ContainerState {
+                    terminated: Some(terminated(latest, runtime)),
+                    ..Default::default()
+                });
+                out.state = Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason.to_string()),
+                        message: (!message.is_empty()).then_some(message),
+                    }),
+                    ..Default::default()
+                });
+            } else {
+                out.state = Some(ContainerState {
+                    terminated: Some(terminated(latest, runtime)),
+                    ..Default::default()
+                });
+            }
+            out.started = Some(false);
+        }
+        RtState::Created | RtState::Unknown => {
+            let (reason, message) = waiting(&c.name).unwrap_or(("ContainerCreating", String::new()));
+            out.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.to_string()),
+                    message: (!message.is_empty()).then_some(message),
+                }),
+                ..Default::default()
+            });
+            out.started = Some(false);
+        }
+    }
+    out
+}
+
+/// Upstream `getPhase`.
+fn phase(p: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static str {
+    let policy = pod::restart_policy(p);
+    let (mut pending_init, mut failed_init) = (0, 0);
+    for s in init {
+        let st = s.state.as_ref();
+        if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if st.and_then(|s| s.waiting.as_ref()).is_some() {
+            let last_failed = s
+                .last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0);
+            if last_failed {
+                failed_init += 1;
+            } else {
+                pending_init += 1;
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for s in app {
+        let st = s.state.as_ref();
+        if st.and_then(|s| s.running.as_ref()).is_some() {
+            running += 1;
+        } else if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if st.and_then(|s| s.waiting.as_ref()).is_some() {
+            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return "Failed";
+    }
+    if pending_init > 0 || failed_init > 0 || waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 && unknown == 0 {
+        return "Running";
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        return match policy {
+            RestartPolicy::Always => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            RestartPolicy::Never => "Failed",
+            RestartPolicy::OnFailure => "Running",
+        };
+    }
+    "Pending"
+}
+
+fn condition(type_: &str, ok: bool, reason: Option<&str>, now: &Option<Time>) -> PodCondition {
+    PodCondition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: if ok { None } else { reason.map(String::from) },
+        last_transition_time: now.clone(),
+        ..Default::default()
+    }
+}
+
+/// The API status of `p` for runtime state `status`. `runtime` names the runtime
+/// for container IDs (`containerd://…`); `waiting` gives the reason of a container
+/// that failed to start.
+pub fn generate_api_pod_status(p: &Pod, status: &rt::PodStatus, waiting: Waiting<'_>, runtime: &str) -> PodStatus {
+    let init: Vec<ContainerStatus> = pod::init_containers(p)
+        .iter()
+        .map(|c| container_status(c, status, waiting, runtime, "PodInitializing"))
+        .collect();
+    let app: Vec<ContainerStatus> = pod::containers(p)
+        .iter()
+        .map(|c| {
+            let reason = if init.iter().all(|s| s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)) {
+                "ContainerCreating"
+            } else {
+                "PodInitializing"
+            };
+            container_status(c, status, waiting, runtime, reason)
+        })
+        .collect();
+    let phase = phase(p, &init, &app);
+    let now = time(SystemTime::now());
+    let initialized = init
+        .iter()
+        .all(|s| s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0));
+    let ready = !app.is_empty() && app.iter().all(|s| s.ready);
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let not_ready_reason = if terminal { "PodCompleted" } else { "ContainersNotReady" };
+    let conditions = vec![
+        condition("Initialized", initialized || terminal, Some("ContainersNotInitialized"), &now),
+        condition("Ready", ready, Some(not_ready_reason), &now),
+        condition("ContainersReady", ready, Some(not_ready_reason), &now),
+        condition("PodScheduled", true, None, &now),
+    ];
+    PodStatus {
+        phase: Some(phase.to_string()),
+        conditions: Some(conditions),
+        pod_ip: status.ips.first().cloned(),
+        pod_ips: (!status.ips.is_empty()).then(|| status.ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: now,
+        qos_class: Some(kubelet_runtime::sandbox_qos_class(p).to_string()),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        container_statuses: Some(app),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn pod(policy: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "img:1"}]}
+        }))
+        .expect("pod")
+    }
+
+    fn inst(state: RtState, exit: i32, restart: i32, created: u64) -> rt::ContainerStatus {
+        rt::ContainerStatus {
+            id: format!("id{created}"),
+            sandbox_id: "sb".into(),
+            name: "c".into(),
+            state,
+            created_at: UNIX_EPOCH + Duration::from_secs(created),
+            started_at: Some(UNIX_EPOCH + Duration::from_secs(created)),
+            finished_at: (state == RtState::Exited).then(|| UNIX_EPOCH + Duration::from_secs(created + 1)),
+            exit_code: exit,
+            image: "img:1".into(),
+            image_ref: "sha256:x".into(),
+            hash: String::new(),
+            restart_count: restart,
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
+
+    fn status(cs: Vec<rt::ContainerStatus>) -> rt::PodStatus {
+        rt::PodStatus {
+            uid: "u".into(),
+            ips: vec!["10.88.0.5".into()],
+            containers: cs,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn running_pod() {
+        let none = |_: &str| None;
+        let s = generate_api_pod_status(&pod("Always"), &status(vec![inst(RtState::Running, 0, 0, 10)]), &none, "containerd");
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+        let cs = &s.container_statuses.expect("statuses")[0];
+        assert!(cs.ready);
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://id10"));
+        let ready = s.conditions.expect("conds").into_iter().find(|c| c.type_ == "Ready").expect("ready");
+        assert_eq!(ready.status, "True");
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_with_last_state() {
+        let w = |_: &str| Some(("CrashLoopBackOff", "back-off 10s".to_string()));
+        let s = generate_api_pod_status(
+            &pod("Always"),
+            &status(vec![inst(RtState::Exited, 1, 1, 20), inst(RtState::Exited, 1, 0, 10)]),
+            &w,
+            "containerd",
+        );
+        let cs = &s.container_statuses.expect("statuses")[0];
+        assert_eq!(cs.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()), Some("CrashLoopBackOff"));
+        assert_eq!(cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code), Some(1));
+        assert_eq!(cs.restart_count, 1);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn phases_by_policy() {
+        let none = |_: &str| None;
+        for (policy, exit, want) in [("Never", 0, "Succeeded"), ("Never", 1, "Failed"), ("OnFailure", 0, "Succeeded"), ("Always", 0, "Running")] {
+            let s = generate_api_pod_status(&pod(policy), &status(vec![inst(RtState::Exited, exit, 0, 10)]), &none, "containerd");
+            assert_eq!(s.phase.as_deref(), Some(want), "{policy} {exit}");
+        }
+        let w = |_: &str| Some(("ErrImagePull", "not found".to_string()));
+        let s = generate_api_pod_status(&pod("Always"), &status(vec![]), &w, "containerd");
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        let cs = &s.container_statuses.expect("statuses")[0];
+        assert_eq!(cs.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()), Some("ErrImagePull"));
+    }
+}

@@ -1,0 +1,204 @@
+//! The sync loop (upstream `kubelet.go` `syncLoop` / `syncLoopIteration`): one
+//! `select!` over pod config updates, PLEG events, a 1s tick that dispatches
+//! pods due on the work queue, and housekeeping every 2s that stops and
+//! removes pods no source wants (only once every source has reported).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_runtime::pleg::{GenericPleg, PodLifecycleEvent};
+use kubelet_types::{PodOperation, PodUpdate, pod};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::podconfig::SourcesReady;
+use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
+
+/// Upstream sync tick.
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+/// Upstream housekeeping period.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+
+/// When the loop last went round, for `/healthz` (upstream `syncLoopMonitor`).
+#[derive(Debug)]
+pub struct Heartbeat {
+    origin: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Heartbeat {
+    fn beat(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the last iteration.
+    pub fn age(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
+    }
+}
+
+/// Desired pods by UID (upstream `pod.Manager`).
+pub type DesiredPods = Arc<parking_lot::RwLock<HashMap<String, Arc<Pod>>>>;
+
+/// The loop's inputs and collaborators.
+pub struct SyncLoop {
+    /// Merged pod updates.
+    pub config: mpsc::Receiver<PodUpdate>,
+    /// PLEG events.
+    pub pleg_events: mpsc::Receiver<PodLifecycleEvent>,
+    /// The PLEG (for the pods the runtime has).
+    pub pleg: Arc<GenericPleg>,
+    /// Pod workers.
+    pub workers: Arc<PodWorkers>,
+    /// The work queue the workers requeue on.
+    pub queue: Arc<WorkQueue>,
+    /// Whether every source reported.
+    pub sources_ready: Arc<SourcesReady>,
+    /// Desired pods.
+    pub desired: DesiredPods,
+    /// Liveness of the loop.
+    pub heartbeat: Arc<Heartbeat>,
+}
+
+fn orphan_stub(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
+    let mut p = Pod::default();
+    p.metadata.uid = Some(uid.to_string());
+    p.metadata.name = Some(name.to_string());
+    p.metadata.namespace = Some(namespace.to_string());
+    Arc::new(p)
+}
+
+impl SyncLoop {
+    fn dispatch(&self, kind: WorkKind, p: Arc<Pod>) {
+        self.workers.update_pod(PodWork { kind, pod: p });
+    }
+
+    fn handle_config(&self, u: PodUpdate) {
+        debug!(op = ?u.op, source = %u.source, n = u.pods.len(), "SyncLoop config update");
+        match u.op {
+            PodOperation::Add | PodOperation::Update => {
+                for p in u.pods {
+                    let verb = if u.op == PodOperation::Add { "ADD" } else { "UPDATE" };
+                    info!(pod = %pod::describe(&p), source = %u.source, "SyncLoop {verb}");
+                    self.desired.write().insert(pod::uid(&p).to_string(), p.clone());
+                    let kind = if p.metadata.deletion_timestamp.is_some() {
+                        WorkKind::Kill { remove: false }
+                    } else {
+                        WorkKind::Sync
+                    };
+                    self.dispatch(kind, p);
+                }
+            }
+            PodOperation::Delete => {
+                for p in u.pods {
+                    info!(pod = %pod::describe(&p), "SyncLoop DELETE");
+                    self.desired.write().insert(pod::uid(&p).to_string(), p.clone());
+                    self.dispatch(WorkKind::Kill { remove: false }, p);
+                }
+            }
+            PodOperation::Remove => {
+                for p in u.pods {
+                    info!(pod = %pod::describe(&p), "SyncLoop REMOVE");
+                    self.desired.write().remove(pod::uid(&p));
+                    self.dispatch(WorkKind::Kill { remove: true }, p);
+                }
+            }
+            PodOperation::Reconcile => {
+                for p in u.pods {
+                    self.desired.write().insert(pod::uid(&p).to_string(), p);
+                }
+            }
+            PodOperation::Set => {}
+        }
+    }
+
+    fn handle_pleg(&self, ev: &PodLifecycleEvent) {
+        let p = self.desired.read().get(&ev.uid).cloned();
+        if let Some(p) = p
+            && p.metadata.deletion_timestamp.is_none()
+        {
+            debug!(pod = %pod::describe(&p), event = ?ev.kind, "SyncLoop (PLEG)");
+            self.dispatch(WorkKind::Sync, p);
+        }
+    }
+
+    fn handle_tick(&self) {
+        for uid in self.queue.take_due() {
+            let p = self.desired.read().get(&uid).cloned();
+            if let Some(p) = p
+                && p.metadata.deletion_timestamp.is_none()
+            {
+                self.dispatch(WorkKind::Sync, p);
+            }
+        }
+    }
+
+    /// Upstream `HandlePodCleanups`: stop and remove runtime pods nobody wants;
+    /// forget workers of pods that are gone.
+    fn housekeeping(&self) {
+        if !self.sources_ready.all_ready() {
+            return;
+        }
+        let desired = self.desired.read().clone();
+        for (uid, rp) in self.pleg.runtime_pods() {
+            if desired.contains_key(&uid) {
+                continue;
+            }
+            if self.workers.is_removed(&uid) {
+                continue;
+            }
+            if !self.workers.has_worker(&uid) {
+                info!(pod.uid = %uid, pod = %format!("{}/{}", rp.namespace, rp.name), running = rp.is_running(),
+                    "Cleaning up pod that no source wants");
+                let stub = orphan_stub(&uid, &rp.name, &rp.namespace);
+                self.dispatch(WorkKind::Kill { remove: true }, stub);
+            }
+        }
+        let runtime = self.pleg.runtime_pods();
+        for uid in self.workers.uids() {
+            if !desired.contains_key(&uid) && self.workers.is_removed(&uid) && !runtime.contains_key(&uid) {
+                debug!(pod.uid = %uid, "Forgetting pod worker");
+                self.workers.forget(&uid);
+            }
+        }
+    }
+
+    /// Runs until `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(SYNC_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut hk = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        hk.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.heartbeat.beat();
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                u = self.config.recv() => match u {
+                    Some(u) => self.handle_config(u),
+                    None => return,
+                },
+                ev = self.pleg_events.recv() => if let Some(ev) = ev { self.handle_pleg(&ev) },
+                _ = tick.tick() => self.handle_tick(),
+                _ = hk.tick() => self.housekeeping(),
+            }
+        }
+    }
+}
+
