@@ -159,7 +159,10 @@ impl Node {
                 return Ok(s);
             }
             if tokio::time::Instant::now() > deadline {
-                bail!("pod {name}: not {what} within {timeout:?}; last status: {:#?}", self.status(name));
+                bail!(
+                    "pod {name}: not {what} within {timeout:?}; last status: {:#?}",
+                    self.status(name)
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -167,7 +170,11 @@ impl Node {
 
     /// Sandboxes in the runtime that belong to this node's pods (any state).
     pub async fn sandboxes(&self) -> Vec<cri::pb::PodSandbox> {
-        let all = self.runtime.list_pod_sandbox(None).await.expect("list sandboxes");
+        let all = self
+            .runtime
+            .list_pod_sandbox(None)
+            .await
+            .expect("list sandboxes");
         all.into_iter()
             .filter(|s| {
                 s.labels
@@ -179,7 +186,11 @@ impl Node {
 
     /// Containers in the runtime that belong to this node's pods (any state).
     pub async fn containers(&self) -> Vec<cri::pb::Container> {
-        let all = self.runtime.list_containers(None).await.expect("list containers");
+        let all = self
+            .runtime
+            .list_containers(None)
+            .await
+            .expect("list containers");
         all.into_iter()
             .filter(|c| {
                 c.labels
@@ -198,18 +209,26 @@ impl Node {
             let _ = self.runtime.stop_pod_sandbox(&s.id).await;
             let _ = self.runtime.remove_pod_sandbox(&s.id).await;
         }
-        let _ = std::fs::remove_dir_all(Path::new("/var/log/pods").join(format!("default_x_{}", self.name)));
+        let _ = std::fs::remove_dir_all(
+            Path::new("/var/log/pods").join(format!("default_x_{}", self.name)),
+        );
     }
 }
 
 /// The status of container `name` in a pod status (app containers).
 pub fn container<'a>(s: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
-    s.container_statuses.iter().flatten().find(|c| c.name == name)
+    s.container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
 }
 
 /// The status of init container `name`.
 pub fn init_container<'a>(s: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
-    s.init_container_statuses.iter().flatten().find(|c| c.name == name)
+    s.init_container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
 }
 
 /// True when container `name` is running.
@@ -219,7 +238,13 @@ pub fn is_running(s: &PodStatus, name: &str) -> bool {
 
 /// The waiting reason of container `name`, if waiting.
 pub fn waiting_reason(s: &PodStatus, name: &str) -> Option<String> {
-    container(s, name)?.state.as_ref()?.waiting.as_ref()?.reason.clone()
+    container(s, name)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
 }
 
 /// A one-container pod manifest.

@@ -16,7 +16,10 @@ use parking_lot::RwLock;
 async fn http_source_runs_served_pods_and_removes_withdrawn_ones() -> anyhow::Result<()> {
     // The served body; requests without the configured header get 403.
     let body = Arc::new(RwLock::new(String::new()));
-    async fn serve(State(b): State<Arc<RwLock<String>>>, h: HeaderMap) -> (axum::http::StatusCode, String) {
+    async fn serve(
+        State(b): State<Arc<RwLock<String>>>,
+        h: HeaderMap,
+    ) -> (axum::http::StatusCode, String) {
         if h.get("x-token").and_then(|v| v.to_str().ok()) != Some("s3cret") {
             return (axum::http::StatusCode::FORBIDDEN, String::new());
         }
@@ -24,7 +27,9 @@ async fn http_source_runs_served_pods_and_removes_withdrawn_ones() -> anyhow::Re
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let app = Router::new().route("/pods", get(serve)).with_state(body.clone());
+    let app = Router::new()
+        .route("/pods", get(serve))
+        .with_state(body.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let node = Node::start(|f| {
@@ -39,14 +44,15 @@ async fn http_source_runs_served_pods_and_removes_withdrawn_ones() -> anyhow::Re
     *body.write() = list;
     let t = Duration::from_secs(60);
     for name in ["h1", "h2"] {
-        node.wait_status(name, t, "running", |s| is_running(s, "c")).await?;
+        node.wait_status(name, t, "running", |s| is_running(s, "c"))
+            .await?;
     }
-    let src = node
-        .handle()
-        .desired
-        .read()
-        .values()
-        .find_map(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("kubernetes.io/config.source").cloned()));
+    let src = node.handle().desired.read().values().find_map(|p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/config.source").cloned())
+    });
     assert_eq!(src.as_deref(), Some("http"));
 
     // Withdraw h2: it is stopped and removed; h1 keeps running.
@@ -73,7 +79,8 @@ async fn http_source_runs_served_pods_and_removes_withdrawn_ones() -> anyhow::Re
 async fn get_healthz(addr: std::net::SocketAddr) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
     let code = out.split_whitespace().nth(1).unwrap_or("0").parse()?;
@@ -120,7 +127,10 @@ async fn unreachable_runtime_starts_but_healthz_fails() -> anyhow::Result<()> {
             assert!(body.contains("[-]runtime failed"), "{body}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "healthz never failed: {code} {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "healthz never failed: {code} {body}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     running.shutdown(Duration::from_secs(5)).await;

@@ -9,10 +9,21 @@ const T: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_pod_runs_with_upstream_names_labels_and_logs() -> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;
-    node.write_manifest("web.yaml", &pod_yaml("web", "Always", BUSYBOX, "echo hello-from-web; sleep 3600"));
-    let s = node.wait_status("web", T, "running", |s| is_running(s, "c")).await?;
+    node.write_manifest(
+        "web.yaml",
+        &pod_yaml("web", "Always", BUSYBOX, "echo hello-from-web; sleep 3600"),
+    );
+    let s = node
+        .wait_status("web", T, "running", |s| is_running(s, "c"))
+        .await?;
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    assert!(s.pod_ip.as_deref().is_some_and(|ip| ip.starts_with("10.88.")), "{:?}", s.pod_ip);
+    assert!(
+        s.pod_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.88.")),
+        "{:?}",
+        s.pod_ip
+    );
     let cid = container_id(&s, "c").ctx("container id")?;
     assert!(cid.starts_with("containerd://"), "{cid}");
 
@@ -22,15 +33,43 @@ async fn static_pod_runs_with_upstream_names_labels_and_logs() -> anyhow::Result
     assert_eq!(sandboxes.len(), 1);
     let sb = &sandboxes[0];
     let meta = sb.metadata.clone().ctx("sandbox metadata")?;
-    assert_eq!((meta.name.as_str(), meta.namespace.as_str(), meta.uid.as_str()), (node.pod_name("web").as_str(), "default", uid.as_str()));
+    assert_eq!(
+        (
+            meta.name.as_str(),
+            meta.namespace.as_str(),
+            meta.uid.as_str()
+        ),
+        (node.pod_name("web").as_str(), "default", uid.as_str())
+    );
     assert_eq!(sb.labels.get("io.kubernetes.pod.uid"), Some(&uid));
-    assert_eq!(sb.annotations.get("kubernetes.io/config.source").map(String::as_str), Some("file"));
+    assert_eq!(
+        sb.annotations
+            .get("kubernetes.io/config.source")
+            .map(String::as_str),
+        Some("file")
+    );
     assert_eq!(sb.annotations.get("kubernetes.io/config.hash"), Some(&uid));
     let cs = node.containers().await;
     assert_eq!(cs.len(), 1);
-    assert_eq!(cs[0].labels.get("io.kubernetes.container.name").map(String::as_str), Some("c"));
-    assert_eq!(cs[0].annotations.get("io.kubernetes.container.restartCount").map(String::as_str), Some("0"));
-    assert!(cs[0].annotations.contains_key("io.kubernetes.container.hash"));
+    assert_eq!(
+        cs[0]
+            .labels
+            .get("io.kubernetes.container.name")
+            .map(String::as_str),
+        Some("c")
+    );
+    assert_eq!(
+        cs[0]
+            .annotations
+            .get("io.kubernetes.container.restartCount")
+            .map(String::as_str),
+        Some("0")
+    );
+    assert!(
+        cs[0]
+            .annotations
+            .contains_key("io.kubernetes.container.hash")
+    );
 
     // Logs under /var/log/pods/<ns>_<name>_<uid>/<container>/<restartCount>.log.
     let log = std::path::Path::new("/var/log/pods")
@@ -52,18 +91,30 @@ async fn static_pod_runs_with_upstream_names_labels_and_logs() -> anyhow::Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn editing_the_manifest_replaces_the_container() -> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;
-    node.write_manifest("app.yaml", &pod_yaml("app", "Always", BUSYBOX, "echo v1; sleep 3600"));
-    let s1 = node.wait_status("app", T, "running", |s| is_running(s, "c")).await?;
+    node.write_manifest(
+        "app.yaml",
+        &pod_yaml("app", "Always", BUSYBOX, "echo v1; sleep 3600"),
+    );
+    let s1 = node
+        .wait_status("app", T, "running", |s| is_running(s, "c"))
+        .await?;
     let old_uid = node.uid_of("app").ctx("uid")?;
     let old_cid = container_id(&s1, "c").ctx("cid")?;
 
-    node.write_manifest("app.yaml", &pod_yaml("app", "Always", BUSYBOX, "echo v2; sleep 3600"));
+    node.write_manifest(
+        "app.yaml",
+        &pod_yaml("app", "Always", BUSYBOX, "echo v2; sleep 3600"),
+    );
     let s2 = node
         .wait_status("app", T, "replaced", |s| {
             is_running(s, "c") && container_id(s, "c").is_some_and(|c| c != old_cid)
         })
         .await?;
-    assert_ne!(node.uid_of("app").ctx("uid")?, old_uid, "a changed static manifest is a new pod");
+    assert_ne!(
+        node.uid_of("app").ctx("uid")?,
+        old_uid,
+        "a changed static manifest is a new pod"
+    );
     assert!(container_id(&s2, "c").is_some());
     // The old pod's sandbox and container are gone from the runtime.
     let deadline = tokio::time::Instant::now() + T;
@@ -76,7 +127,10 @@ async fn editing_the_manifest_replaces_the_container() -> anyhow::Result<()> {
         if !old_left {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "old sandbox still there");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "old sandbox still there"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(node.containers().await.len(), 1);
@@ -87,13 +141,20 @@ async fn editing_the_manifest_replaces_the_container() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;
-    node.write_manifest("gone.yaml", &pod_yaml("gone", "Always", BUSYBOX, "sleep 3600"));
-    node.wait_status("gone", T, "running", |s| is_running(s, "c")).await?;
+    node.write_manifest(
+        "gone.yaml",
+        &pod_yaml("gone", "Always", BUSYBOX, "sleep 3600"),
+    );
+    node.wait_status("gone", T, "running", |s| is_running(s, "c"))
+        .await?;
     assert_eq!(node.sandboxes().await.len(), 1);
     node.remove_manifest("gone.yaml");
     let deadline = tokio::time::Instant::now() + T;
     while !node.sandboxes().await.is_empty() || !node.containers().await.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "pod still in the runtime");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pod still in the runtime"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(node.uid_of("gone").is_none());
@@ -109,10 +170,14 @@ async fn init_containers_run_in_order_before_the_app_container() -> anyhow::Resu
     );
     node.write_manifest("init.yaml", &yaml);
     let pending = node
-        .wait_status("init", T, "initializing", |s| s.phase.as_deref() == Some("Pending"))
+        .wait_status("init", T, "initializing", |s| {
+            s.phase.as_deref() == Some("Pending")
+        })
         .await?;
     assert!(!is_running(&pending, "c"));
-    let s = node.wait_status("init", T, "running", |s| is_running(s, "c")).await?;
+    let s = node
+        .wait_status("init", T, "running", |s| is_running(s, "c"))
+        .await?;
     let term = |n: &str| {
         init_container(&s, n)
             .and_then(|c| c.state.as_ref())
@@ -130,9 +195,17 @@ async fn init_containers_run_in_order_before_the_app_container() -> anyhow::Resu
         .and_then(|r| r.started_at.clone())
         .ctx("app started")?
         .0;
-    assert!(first_done <= second_start, "second started before first finished");
+    assert!(
+        first_done <= second_start,
+        "second started before first finished"
+    );
     assert!(second_done <= app_start, "app started before init finished");
-    let initialized = s.conditions.iter().flatten().find(|c| c.type_ == "Initialized").ctx("cond")?;
+    let initialized = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Initialized")
+        .ctx("cond")?;
     assert_eq!(initialized.status, "True");
     node.cleanup().await;
     Ok(())
@@ -141,23 +214,47 @@ async fn init_containers_run_in_order_before_the_app_container() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_manifest_is_reported_and_other_pods_keep_running() -> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;
-    node.write_manifest("good.yaml", &pod_yaml("good", "Always", BUSYBOX, "sleep 3600"));
-    let s = node.wait_status("good", T, "running", |s| is_running(s, "c")).await?;
+    node.write_manifest(
+        "good.yaml",
+        &pod_yaml("good", "Always", BUSYBOX, "sleep 3600"),
+    );
+    let s = node
+        .wait_status("good", T, "running", |s| is_running(s, "c"))
+        .await?;
     let cid = container_id(&s, "c").ctx("cid")?;
-    node.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: broken\nspec: [");
-    node.write_manifest("nocontainers.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n");
-    let errors = node.handle().manifest_errors.clone().ctx("file source errors")?;
+    node.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: broken\nspec: [",
+    );
+    node.write_manifest(
+        "nocontainers.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n",
+    );
+    let errors = node
+        .handle()
+        .manifest_errors
+        .clone()
+        .ctx("file source errors")?;
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let e = errors.lock().clone();
         if e.len() == 2 {
-            let broken = e.iter().find(|(f, _)| f.ends_with("broken.yaml")).ctx("broken reported")?;
+            let broken = e
+                .iter()
+                .find(|(f, _)| f.ends_with("broken.yaml"))
+                .ctx("broken reported")?;
             assert!(broken.1.contains("invalid YAML"), "{}", broken.1);
-            let empty = e.iter().find(|(f, _)| f.ends_with("nocontainers.yaml")).ctx("empty reported")?;
+            let empty = e
+                .iter()
+                .find(|(f, _)| f.ends_with("nocontainers.yaml"))
+                .ctx("empty reported")?;
             assert!(empty.1.contains("spec.containers"), "{}", empty.1);
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "errors not reported: {e:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "errors not reported: {e:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Several resync periods later, the good pod is untouched.
@@ -171,17 +268,27 @@ async fn malformed_manifest_is_reported_and_other_pods_keep_running() -> anyhow:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_image_gives_err_image_pull_then_backoff_without_affecting_others() -> anyhow::Result<()> {
+async fn missing_image_gives_err_image_pull_then_backoff_without_affecting_others()
+-> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;
     node.write_manifest("ok.yaml", &pod_yaml("ok", "Always", BUSYBOX, "sleep 3600"));
-    node.write_manifest("bad.yaml", &pod_yaml("bad", "Always", "localhost:5000/does-not-exist:1", "true"));
-    node.wait_status("bad", T, "ErrImagePull", |s| waiting_reason(s, "c").as_deref() == Some("ErrImagePull"))
-        .await?;
+    node.write_manifest(
+        "bad.yaml",
+        &pod_yaml("bad", "Always", "localhost:5000/does-not-exist:1", "true"),
+    );
+    node.wait_status("bad", T, "ErrImagePull", |s| {
+        waiting_reason(s, "c").as_deref() == Some("ErrImagePull")
+    })
+    .await?;
     let s = node
-        .wait_status("bad", T, "ImagePullBackOff", |s| waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff"))
+        .wait_status("bad", T, "ImagePullBackOff", |s| {
+            waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+        })
         .await?;
     assert_eq!(s.phase.as_deref(), Some("Pending"));
-    let ok = node.wait_status("ok", T, "running", |s| is_running(s, "c")).await?;
+    let ok = node
+        .wait_status("ok", T, "running", |s| is_running(s, "c"))
+        .await?;
     assert_eq!(container(&ok, "c").map(|c| c.restart_count), Some(0));
     node.cleanup().await;
     Ok(())

@@ -26,12 +26,18 @@ fn resolve(flags: &Flags) -> anyhow::Result<(KubeletConfig, Vec<String>)> {
         }
         None => (None, vec![]),
     };
-    Ok((KubeletConfig::resolve(flags, file.as_ref(), &hostname())?, ignored))
+    Ok((
+        KubeletConfig::resolve(flags, file.as_ref(), &hostname())?,
+        ignored,
+    ))
 }
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => info!("Received SIGTERM"),
@@ -48,7 +54,11 @@ fn main() -> ExitCode {
     let flags = Flags::parse();
     if flags.version {
         // kubeadm matches `^Kubernetes v<semver>([-0-9a-zA-Z_.+]*)?$`: our own version rides as build metadata.
-        println!("Kubernetes {}+kubelet-rs.{}", kubelet_types::KUBERNETES_VERSION, env!("CARGO_PKG_VERSION"));
+        println!(
+            "Kubernetes {}+kubelet-rs.{}",
+            kubelet_types::KUBERNETES_VERSION,
+            env!("CARGO_PKG_VERSION")
+        );
         return ExitCode::SUCCESS;
     }
     let (cfg, ignored) = match resolve(&flags) {
@@ -66,10 +76,16 @@ fn main() -> ExitCode {
         warn!(%flag, %value, "Flag is deprecated and has no effect with a CRI runtime");
     }
     if cfg.kubeconfig.is_some() || cfg.bootstrap_kubeconfig.is_some() {
-        warn!("Cluster mode (apiserver pod source, node registration) is not implemented yet; running static pods only");
+        warn!(
+            "Cluster mode (apiserver pod source, node registration) is not implemented yet; running static pods only"
+        );
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kubelet-rs: cannot start the async runtime: {e}");

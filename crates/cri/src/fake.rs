@@ -79,7 +79,10 @@ impl FakeRuntime {
 
     /// `ContainerStatus` for `container_id` never answers (until the caller's deadline).
     pub fn hang_container_status(&self, container_id: &str) {
-        self.state.lock().hang_status.insert(container_id.to_string());
+        self.state
+            .lock()
+            .hang_status
+            .insert(container_id.to_string());
     }
 
     /// Every call fails with `Unavailable` while `down` is true.
@@ -121,12 +124,22 @@ impl FakeRuntime {
 
     /// Every container status, for assertions.
     pub fn containers(&self) -> Vec<pb::ContainerStatus> {
-        self.state.lock().containers.values().map(|(s, _)| s.clone()).collect()
+        self.state
+            .lock()
+            .containers
+            .values()
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 
     /// Every sandbox status, for assertions.
     pub fn sandboxes(&self) -> Vec<pb::PodSandboxStatus> {
-        self.state.lock().sandboxes.values().map(|(s, _)| s.clone()).collect()
+        self.state
+            .lock()
+            .sandboxes
+            .values()
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 
     fn enter(&self, op: &'static str) -> Result<()> {
@@ -201,7 +214,10 @@ impl RuntimeService for FakeRuntime {
             runtime_handler: handler.to_string(),
             ..Default::default()
         };
-        self.state.lock().sandboxes.insert(id.clone(), (status, config));
+        self.state
+            .lock()
+            .sandboxes
+            .insert(id.clone(), (status, config));
         Ok(id)
     }
 
@@ -239,7 +255,10 @@ impl RuntimeService for FakeRuntime {
             .ok_or_else(|| not_found("PodSandboxStatus", id))
     }
 
-    async fn list_pod_sandbox(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<pb::PodSandbox>> {
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<pb::PodSandboxFilter>,
+    ) -> Result<Vec<pb::PodSandbox>> {
         self.enter("ListPodSandbox")?;
         let f = filter.unwrap_or_default();
         let st = self.state.lock();
@@ -275,7 +294,11 @@ impl RuntimeService for FakeRuntime {
             return Err(not_found("CreateContainer", sandbox_id));
         }
         let image = config.image.clone().unwrap_or_default();
-        let image_id = st.images.get(&image.image).map(|i| i.id.clone()).unwrap_or_default();
+        let image_id = st
+            .images
+            .get(&image.image)
+            .map(|i| i.id.clone())
+            .unwrap_or_default();
         let status = pb::ContainerStatus {
             id: id.clone(),
             metadata: config.metadata.clone(),
@@ -289,14 +312,18 @@ impl RuntimeService for FakeRuntime {
             log_path: config.log_path.clone(),
             ..Default::default()
         };
-        st.containers.insert(id.clone(), (status, sandbox_id.to_string()));
+        st.containers
+            .insert(id.clone(), (status, sandbox_id.to_string()));
         Ok(id)
     }
 
     async fn start_container(&self, id: &str) -> Result<()> {
         self.enter("StartContainer")?;
         let mut st = self.state.lock();
-        let (c, _) = st.containers.get_mut(id).ok_or_else(|| not_found("StartContainer", id))?;
+        let (c, _) = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
         c.state = ContainerState::ContainerRunning as i32;
         c.started_at = now_ns();
         Ok(())
@@ -321,7 +348,10 @@ impl RuntimeService for FakeRuntime {
         Ok(())
     }
 
-    async fn list_containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<pb::Container>> {
+    async fn list_containers(
+        &self,
+        filter: Option<pb::ContainerFilter>,
+    ) -> Result<Vec<pb::Container>> {
         self.enter("ListContainers")?;
         let f = filter.unwrap_or_default();
         let st = self.state.lock();
@@ -360,11 +390,18 @@ impl RuntimeService for FakeRuntime {
             .ok_or_else(|| not_found("ContainerStatus", id))
     }
 
-    async fn exec_sync(&self, id: &str, _cmd: Vec<String>, _timeout: Duration) -> Result<pb::ExecSyncResponse> {
+    async fn exec_sync(
+        &self,
+        id: &str,
+        _cmd: Vec<String>,
+        _timeout: Duration,
+    ) -> Result<pb::ExecSyncResponse> {
         self.enter("ExecSync")?;
         let st = self.state.lock();
         match st.containers.get(id) {
-            Some((c, _)) if c.state == ContainerState::ContainerRunning as i32 => Ok(pb::ExecSyncResponse::default()),
+            Some((c, _)) if c.state == ContainerState::ContainerRunning as i32 => {
+                Ok(pb::ExecSyncResponse::default())
+            }
             Some(_) => Err(CriError::Rpc {
                 op: "ExecSync",
                 code: tonic::Code::FailedPrecondition,

@@ -51,17 +51,23 @@ fn channel(endpoint: &str) -> Result<Channel> {
     let path = endpoint_path(endpoint)?;
     // The authority is ignored by the connector; tonic needs some URI.
     let ep = Endpoint::from_static("http://[::]:50051").connect_timeout(Duration::from_secs(5));
-    Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-        let path = path.clone();
-        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-    })))
+    Ok(
+        ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        })),
+    )
 }
 
 impl RemoteRuntime {
     /// A client for `runtime_endpoint`, with images served by `image_endpoint`
     /// when it is given (`--image-service-endpoint`), else by the same socket.
     /// `timeout` is `--runtime-request-timeout`.
-    pub fn new(runtime_endpoint: &str, image_endpoint: Option<&str>, timeout: Duration) -> Result<Self> {
+    pub fn new(
+        runtime_endpoint: &str,
+        image_endpoint: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self> {
         let rt = channel(runtime_endpoint)?;
         let img = match image_endpoint {
             Some(ep) if !ep.is_empty() => channel(ep)?,
@@ -105,7 +111,10 @@ impl RemoteRuntime {
     }
 
     /// Streaming URL for `kubectl port-forward` (`PortForward`).
-    pub async fn port_forward(&self, req: pb::PortForwardRequest) -> Result<pb::PortForwardResponse> {
+    pub async fn port_forward(
+        &self,
+        req: pb::PortForwardRequest,
+    ) -> Result<pb::PortForwardResponse> {
         let mut c = self.runtime.clone();
         call("PortForward", self.timeout, c.port_forward(req)).await
     }
@@ -116,7 +125,9 @@ impl RemoteRuntime {
         let req = pb::ContainerStatsRequest {
             container_id: id.to_string(),
         };
-        Ok(call("ContainerStats", self.timeout, c.container_stats(req)).await?.stats)
+        Ok(call("ContainerStats", self.timeout, c.container_stats(req))
+            .await?
+            .stats)
     }
 
     /// Stats of every sandbox that matches the filter (`ListPodSandboxStats`).
@@ -126,13 +137,24 @@ impl RemoteRuntime {
     ) -> Result<Vec<pb::PodSandboxStats>> {
         let mut c = self.runtime.clone();
         let req = pb::ListPodSandboxStatsRequest { filter };
-        Ok(call("ListPodSandboxStats", self.timeout, c.list_pod_sandbox_stats(req)).await?.stats)
+        Ok(call(
+            "ListPodSandboxStats",
+            self.timeout,
+            c.list_pod_sandbox_stats(req),
+        )
+        .await?
+        .stats)
     }
 
     /// Image filesystem usage (`ImageFsInfo`).
     pub async fn image_fs_info(&self) -> Result<pb::ImageFsInfoResponse> {
         let mut c = self.image.clone();
-        call("ImageFsInfo", self.timeout, c.image_fs_info(pb::ImageFsInfoRequest {})).await
+        call(
+            "ImageFsInfo",
+            self.timeout,
+            c.image_fs_info(pb::ImageFsInfoRequest {}),
+        )
+        .await
     }
 }
 
@@ -161,18 +183,31 @@ impl RuntimeService for RemoteRuntime {
 
     async fn status(&self) -> Result<pb::RuntimeStatus> {
         let mut c = self.runtime.clone();
-        let resp = call("Status", self.timeout, c.status(pb::StatusRequest { verbose: false })).await?;
+        let resp = call(
+            "Status",
+            self.timeout,
+            c.status(pb::StatusRequest { verbose: false }),
+        )
+        .await?;
         Ok(resp.status.unwrap_or_default())
     }
 
-    async fn run_pod_sandbox(&self, config: pb::PodSandboxConfig, runtime_handler: &str) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: pb::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let mut c = self.runtime.clone();
         let req = pb::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler: runtime_handler.to_string(),
         };
         // Upstream gives RunPodSandbox twice the request timeout: CNI setup can be slow.
-        Ok(call("RunPodSandbox", self.timeout * 2, c.run_pod_sandbox(req)).await?.pod_sandbox_id)
+        Ok(
+            call("RunPodSandbox", self.timeout * 2, c.run_pod_sandbox(req))
+                .await?
+                .pod_sandbox_id,
+        )
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
@@ -180,7 +215,9 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::StopPodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        call("StopPodSandbox", self.timeout, c.stop_pod_sandbox(req)).await.map(drop)
+        call("StopPodSandbox", self.timeout, c.stop_pod_sandbox(req))
+            .await
+            .map(drop)
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
@@ -188,7 +225,9 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        call("RemovePodSandbox", self.timeout, c.remove_pod_sandbox(req)).await.map(drop)
+        call("RemovePodSandbox", self.timeout, c.remove_pod_sandbox(req))
+            .await
+            .map(drop)
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<pb::PodSandboxStatus> {
@@ -204,10 +243,17 @@ impl RuntimeService for RemoteRuntime {
         })
     }
 
-    async fn list_pod_sandbox(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<pb::PodSandbox>> {
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<pb::PodSandboxFilter>,
+    ) -> Result<Vec<pb::PodSandbox>> {
         let mut c = self.runtime.clone();
         let req = pb::ListPodSandboxRequest { filter };
-        Ok(call("ListPodSandbox", self.timeout, c.list_pod_sandbox(req)).await?.items)
+        Ok(
+            call("ListPodSandbox", self.timeout, c.list_pod_sandbox(req))
+                .await?
+                .items,
+        )
     }
 
     async fn create_container(
@@ -222,7 +268,11 @@ impl RuntimeService for RemoteRuntime {
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
-        Ok(call("CreateContainer", self.timeout, c.create_container(req)).await?.container_id)
+        Ok(
+            call("CreateContainer", self.timeout, c.create_container(req))
+                .await?
+                .container_id,
+        )
     }
 
     async fn start_container(&self, id: &str) -> Result<()> {
@@ -230,7 +280,9 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::StartContainerRequest {
             container_id: id.to_string(),
         };
-        call("StartContainer", self.timeout, c.start_container(req)).await.map(drop)
+        call("StartContainer", self.timeout, c.start_container(req))
+            .await
+            .map(drop)
     }
 
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
@@ -240,7 +292,13 @@ impl RuntimeService for RemoteRuntime {
             timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
         };
         // The runtime may take the whole grace period before it kills.
-        call("StopContainer", self.timeout + timeout, c.stop_container(req)).await.map(drop)
+        call(
+            "StopContainer",
+            self.timeout + timeout,
+            c.stop_container(req),
+        )
+        .await
+        .map(drop)
     }
 
     async fn remove_container(&self, id: &str) -> Result<()> {
@@ -248,13 +306,20 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::RemoveContainerRequest {
             container_id: id.to_string(),
         };
-        call("RemoveContainer", self.timeout, c.remove_container(req)).await.map(drop)
+        call("RemoveContainer", self.timeout, c.remove_container(req))
+            .await
+            .map(drop)
     }
 
-    async fn list_containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<pb::Container>> {
+    async fn list_containers(
+        &self,
+        filter: Option<pb::ContainerFilter>,
+    ) -> Result<Vec<pb::Container>> {
         let mut c = self.runtime.clone();
         let req = pb::ListContainersRequest { filter };
-        Ok(call("ListContainers", self.timeout, c.list_containers(req)).await?.containers)
+        Ok(call("ListContainers", self.timeout, c.list_containers(req))
+            .await?
+            .containers)
     }
 
     async fn container_status(&self, id: &str) -> Result<pb::ContainerStatus> {
@@ -270,7 +335,12 @@ impl RuntimeService for RemoteRuntime {
         })
     }
 
-    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration) -> Result<pb::ExecSyncResponse> {
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<pb::ExecSyncResponse> {
         let mut c = self.runtime.clone();
         let req = pb::ExecSyncRequest {
             container_id: id.to_string(),
@@ -289,7 +359,9 @@ impl ImageService for RemoteRuntime {
             image: Some(image_spec(image)),
             verbose: false,
         };
-        Ok(call("ImageStatus", self.timeout, c.image_status(req)).await?.image)
+        Ok(call("ImageStatus", self.timeout, c.image_status(req))
+            .await?
+            .image)
     }
 
     async fn pull_image(
@@ -306,13 +378,17 @@ impl ImageService for RemoteRuntime {
         };
         // Pulls legitimately take longer than other calls; bound them all the same.
         let deadline = self.timeout.max(Duration::from_secs(60)) * 5;
-        Ok(call("PullImage", deadline, c.pull_image(req)).await?.image_ref)
+        Ok(call("PullImage", deadline, c.pull_image(req))
+            .await?
+            .image_ref)
     }
 
     async fn list_images(&self) -> Result<Vec<pb::Image>> {
         let mut c = self.image.clone();
         let req = pb::ListImagesRequest { filter: None };
-        Ok(call("ListImages", self.timeout, c.list_images(req)).await?.images)
+        Ok(call("ListImages", self.timeout, c.list_images(req))
+            .await?
+            .images)
     }
 
     async fn remove_image(&self, image: &str) -> Result<()> {
@@ -320,7 +396,9 @@ impl ImageService for RemoteRuntime {
         let req = pb::RemoveImageRequest {
             image: Some(image_spec(image)),
         };
-        call("RemoveImage", self.timeout, c.remove_image(req)).await.map(drop)
+        call("RemoveImage", self.timeout, c.remove_image(req))
+            .await
+            .map(drop)
     }
 }
 
@@ -342,7 +420,10 @@ mod tests {
             endpoint_path("unix:///run/containerd/containerd.sock").ok(),
             Some(PathBuf::from("/run/containerd/containerd.sock"))
         );
-        assert_eq!(endpoint_path("/run/x.sock").ok(), Some(PathBuf::from("/run/x.sock")));
+        assert_eq!(
+            endpoint_path("/run/x.sock").ok(),
+            Some(PathBuf::from("/run/x.sock"))
+        );
         assert!(endpoint_path("tcp://1.2.3.4:5").is_err());
         assert!(endpoint_path("relative.sock").is_err());
     }
@@ -351,8 +432,12 @@ mod tests {
     async fn unreachable_runtime_is_unavailable_not_fatal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sock = dir.path().join("missing.sock");
-        let rt = RemoteRuntime::new(&format!("unix://{}", sock.display()), None, Duration::from_secs(2))
-            .expect("lazy client");
+        let rt = RemoteRuntime::new(
+            &format!("unix://{}", sock.display()),
+            None,
+            Duration::from_secs(2),
+        )
+        .expect("lazy client");
         let err = rt.version().await.expect_err("no runtime there");
         assert!(err.is_retryable(), "{err}");
     }
@@ -367,7 +452,8 @@ mod tests {
             async fn version(
                 &self,
                 _: tonic::Request<pb::VersionRequest>,
-            ) -> std::result::Result<tonic::Response<pb::VersionResponse>, tonic::Status> {
+            ) -> std::result::Result<tonic::Response<pb::VersionResponse>, tonic::Status>
+            {
                 Ok(tonic::Response::new(pb::VersionResponse {
                     version: "0.1.0".into(),
                     runtime_name: "fake".into(),
@@ -385,11 +471,21 @@ mod tests {
                 .add_service(RuntimeServiceServer::new(V))
                 .serve_with_incoming(incoming),
         );
-        let rt = RemoteRuntime::new(sock.to_str().expect("utf8"), None, Duration::from_secs(5)).expect("client");
+        let rt = RemoteRuntime::new(sock.to_str().expect("utf8"), None, Duration::from_secs(5))
+            .expect("client");
         let v = rt.version().await.expect("version");
         assert_eq!(v.runtime_name, "fake");
         // Methods the test server does not implement come back classified, not panicking.
         let err = rt.list_containers(None).await.expect_err("unimplemented");
-        assert!(matches!(err, CriError::Rpc { code: tonic::Code::Unimplemented, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                CriError::Rpc {
+                    code: tonic::Code::Unimplemented,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -16,7 +16,11 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn status(&self) -> Result<pb::RuntimeStatus>;
 
     /// Creates and starts a sandbox; returns its ID.
-    async fn run_pod_sandbox(&self, config: pb::PodSandboxConfig, runtime_handler: &str) -> Result<String>;
+    async fn run_pod_sandbox(
+        &self,
+        config: pb::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     /// Stops a sandbox and every container in it (idempotent).
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
     /// Removes a stopped sandbox (idempotent).
@@ -24,7 +28,10 @@ pub trait RuntimeService: Send + Sync + 'static {
     /// Status of one sandbox, including its IP.
     async fn pod_sandbox_status(&self, id: &str) -> Result<pb::PodSandboxStatus>;
     /// Sandboxes that match the filter.
-    async fn list_pod_sandbox(&self, filter: Option<pb::PodSandboxFilter>) -> Result<Vec<pb::PodSandbox>>;
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<pb::PodSandboxFilter>,
+    ) -> Result<Vec<pb::PodSandbox>>;
 
     /// Creates a container in a sandbox; returns its ID.
     async fn create_container(
@@ -40,11 +47,19 @@ pub trait RuntimeService: Send + Sync + 'static {
     /// Removes a container (idempotent).
     async fn remove_container(&self, id: &str) -> Result<()>;
     /// Containers that match the filter.
-    async fn list_containers(&self, filter: Option<pb::ContainerFilter>) -> Result<Vec<pb::Container>>;
+    async fn list_containers(
+        &self,
+        filter: Option<pb::ContainerFilter>,
+    ) -> Result<Vec<pb::Container>>;
     /// Status of one container: state, exit code, timestamps, reason.
     async fn container_status(&self, id: &str) -> Result<pb::ContainerStatus>;
     /// Runs a command in a container and waits for it (probes, hooks).
-    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration) -> Result<pb::ExecSyncResponse>;
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<pb::ExecSyncResponse>;
 }
 
 /// Image calls.
@@ -64,4 +79,3 @@ pub trait ImageService: Send + Sync + 'static {
     /// Removes an image (idempotent).
     async fn remove_image(&self, image: &str) -> Result<()>;
 }
-

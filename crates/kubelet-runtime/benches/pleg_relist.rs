@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
 use cri::fake::FakeRuntime;
 use cri::{ImageService as _, RuntimeService as _, pb};
+use criterion::{Criterion, criterion_group, criterion_main};
 use kubelet_runtime::pleg::GenericPleg;
 use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
 use kubelet_types::labels as l;
@@ -24,14 +24,27 @@ async fn populate(fake: &FakeRuntime) -> Vec<String> {
             (l::POD_NAMESPACE.to_string(), "default".to_string()),
         ]);
         let sb = fake
-            .run_pod_sandbox(pb::PodSandboxConfig { labels: labels.clone(), ..Default::default() }, "")
+            .run_pod_sandbox(
+                pb::PodSandboxConfig {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+                "",
+            )
             .await
             .expect("sandbox");
         for c in 0..2 {
             let mut labels = labels.clone();
             labels.insert(l::CONTAINER_NAME.to_string(), format!("c{c}"));
             let id = fake
-                .create_container(&sb, pb::ContainerConfig { labels, ..Default::default() }, Default::default())
+                .create_container(
+                    &sb,
+                    pb::ContainerConfig {
+                        labels,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
                 .await
                 .expect("container");
             fake.start_container(&id).await.expect("start");
@@ -42,11 +55,20 @@ async fn populate(fake: &FakeRuntime) -> Vec<String> {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let fake = FakeRuntime::new();
     let ids = rt.block_on(populate(&fake));
-    let manager = Arc::new(KubeRuntimeManager::new(Arc::new(fake.clone()), Arc::new(fake.clone()), RuntimeConfig::default()));
-    let (pleg, mut rx) = rt.block_on(async { GenericPleg::new(manager, 8, Duration::from_secs(2)) });
+    let manager = Arc::new(KubeRuntimeManager::new(
+        Arc::new(fake.clone()),
+        Arc::new(fake.clone()),
+        RuntimeConfig::default(),
+    ));
+    let (pleg, mut rx) =
+        rt.block_on(async { GenericPleg::new(manager, 8, Duration::from_secs(2)) });
     rt.spawn(async move { while rx.recv().await.is_some() {} });
     rt.block_on(pleg.relist()).expect("first relist");
 

@@ -73,7 +73,8 @@ fn sandbox_changed(status: &PodStatus) -> (bool, u32, Option<String>) {
         return (true, 0, None);
     };
     let attempt = newest.metadata.as_ref().map_or(0, |m| m.attempt);
-    let ready = |s: &cri::pb::PodSandboxStatus| s.state == cri::pb::PodSandboxState::SandboxReady as i32;
+    let ready =
+        |s: &cri::pb::PodSandboxStatus| s.state == cri::pb::PodSandboxState::SandboxReady as i32;
     let ready_count = status.sandboxes.iter().filter(|s| ready(s)).count();
     if ready_count > 1 || !ready(newest) {
         return (true, attempt + 1, Some(newest.id.clone()));
@@ -83,16 +84,20 @@ fn sandbox_changed(status: &PodStatus) -> (bool, u32, Option<String>) {
 
 /// Upstream `findNextInitContainerToRun`: (status of a failed init container,
 /// next index to run, done).
-fn next_init_container<'a>(p: &Pod, status: &'a PodStatus) -> (Option<&'a ContainerStatus>, Option<usize>, bool) {
+fn next_init_container<'a>(
+    p: &Pod,
+    status: &'a PodStatus,
+) -> (Option<&'a ContainerStatus>, Option<usize>, bool) {
     let inits = pod::init_containers(p);
     if inits.is_empty() {
         return (None, None, true);
     }
     // A running app container means initialization finished earlier.
-    if pod::containers(p)
-        .iter()
-        .any(|c| status.find_container(&c.name).is_some_and(|s| s.state == ContainerState::Running))
-    {
+    if pod::containers(p).iter().any(|c| {
+        status
+            .find_container(&c.name)
+            .is_some_and(|s| s.state == ContainerState::Running)
+    }) {
         return (None, None, true);
     }
     for (i, c) in inits.iter().enumerate().rev() {
@@ -103,7 +108,9 @@ fn next_init_container<'a>(p: &Pod, status: &'a PodStatus) -> (Option<&'a Contai
         }
     }
     for (i, c) in inits.iter().enumerate().rev() {
-        let Some(s) = status.find_container(&c.name) else { continue };
+        let Some(s) = status.find_container(&c.name) else {
+            continue;
+        };
         if s.state == ContainerState::Running || s.state == ContainerState::Created {
             return (None, None, false);
         }
@@ -270,7 +277,10 @@ mod tests {
     #[test]
     fn running_pod_needs_nothing() {
         let p = pod("Always", &[], &["a"]);
-        let s = status(vec![sandbox("sb", true, 0)], vec![ctr(&p, "a", ContainerState::Running, 0)]);
+        let s = status(
+            vec![sandbox("sb", true, 0)],
+            vec![ctr(&p, "a", ContainerState::Running, 0)],
+        );
         let a = compute_pod_actions(&p, &s);
         assert_eq!(
             a,
@@ -293,9 +303,16 @@ mod tests {
             ("Never", 1, false),
         ] {
             let p = pod(policy, &[], &["a"]);
-            let s = status(vec![sandbox("sb", true, 0)], vec![ctr(&p, "a", ContainerState::Exited, exit)]);
+            let s = status(
+                vec![sandbox("sb", true, 0)],
+                vec![ctr(&p, "a", ContainerState::Exited, exit)],
+            );
             let a = compute_pod_actions(&p, &s);
-            assert_eq!(!a.containers_to_start.is_empty(), restart, "{policy} exit {exit}");
+            assert_eq!(
+                !a.containers_to_start.is_empty(),
+                restart,
+                "{policy} exit {exit}"
+            );
             // Nothing left to run: the pod is done and its sandbox is stopped.
             assert_eq!(a.kill_pod, !restart, "{policy} exit {exit}");
         }
@@ -315,7 +332,10 @@ mod tests {
     #[test]
     fn dead_sandbox_is_recreated_with_next_attempt() {
         let p = pod("Always", &[], &["a"]);
-        let s = status(vec![sandbox("sb", false, 2)], vec![ctr(&p, "a", ContainerState::Exited, 137)]);
+        let s = status(
+            vec![sandbox("sb", false, 2)],
+            vec![ctr(&p, "a", ContainerState::Exited, 137)],
+        );
         let a = compute_pod_actions(&p, &s);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 3);
@@ -344,10 +364,19 @@ mod tests {
         assert!(a.containers_to_start.is_empty());
         let sb = || vec![sandbox("sb", true, 0)];
         // i1 running: wait.
-        let a = compute_pod_actions(&p, &status(sb(), vec![ctr(&p, "i1", ContainerState::Running, 0)]));
-        assert_eq!((a.next_init_container, a.containers_to_start.len()), (None, 0));
+        let a = compute_pod_actions(
+            &p,
+            &status(sb(), vec![ctr(&p, "i1", ContainerState::Running, 0)]),
+        );
+        assert_eq!(
+            (a.next_init_container, a.containers_to_start.len()),
+            (None, 0)
+        );
         // i1 done: i2 next.
-        let a = compute_pod_actions(&p, &status(sb(), vec![ctr(&p, "i1", ContainerState::Exited, 0)]));
+        let a = compute_pod_actions(
+            &p,
+            &status(sb(), vec![ctr(&p, "i1", ContainerState::Exited, 0)]),
+        );
         assert_eq!(a.next_init_container, Some(1));
         // both done: app containers.
         let a = compute_pod_actions(
@@ -360,10 +389,16 @@ mod tests {
                 ],
             ),
         );
-        assert_eq!((a.next_init_container, a.containers_to_start.clone()), (None, vec![0]));
+        assert_eq!(
+            (a.next_init_container, a.containers_to_start.clone()),
+            (None, vec![0])
+        );
         // i1 failed: restart it (Always), or fail the pod (Never).
         let failed = status(sb(), vec![ctr(&p, "i1", ContainerState::Exited, 1)]);
-        assert_eq!(compute_pod_actions(&p, &failed).next_init_container, Some(0));
+        assert_eq!(
+            compute_pod_actions(&p, &failed).next_init_container,
+            Some(0)
+        );
         let never = pod("Never", &["i1", "i2"], &["a"]);
         let failed = status(sb(), vec![ctr(&never, "i1", ContainerState::Exited, 1)]);
         let a = compute_pod_actions(&never, &failed);

@@ -62,12 +62,23 @@ impl Backoff {
             Some(e) if !self.expired(event, e) => (e.backoff * 2).min(self.max),
             _ => self.initial,
         };
-        entries.insert(key.to_string(), Entry { backoff, last_update: now });
+        entries.insert(
+            key.to_string(),
+            Entry {
+                backoff,
+                last_update: now,
+            },
+        );
     }
 
     /// Time left before an event at `event` may be acted on, or `None` when it may now.
     /// (Upstream `IsInBackOffSince`: in backoff while `now - event < backoff`.)
-    pub fn remaining_since(&self, key: &str, event: SystemTime, now: SystemTime) -> Option<Duration> {
+    pub fn remaining_since(
+        &self,
+        key: &str,
+        event: SystemTime,
+        now: SystemTime,
+    ) -> Option<Duration> {
         let entries = self.entries.lock();
         let e = entries.get(key)?;
         if self.expired(event, e) {
@@ -124,8 +135,14 @@ mod tests {
         assert_eq!(b.remaining_since(k, t(0), t(0)), None);
         b.next(k, t(0), t(0));
         // Second exit right after: 10s to wait.
-        assert_eq!(b.remaining_since(k, t(1), t(1)), Some(Duration::from_secs(10)));
-        assert_eq!(b.remaining_since(k, t(1), t(6)), Some(Duration::from_secs(5)));
+        assert_eq!(
+            b.remaining_since(k, t(1), t(1)),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            b.remaining_since(k, t(1), t(6)),
+            Some(Duration::from_secs(5))
+        );
         assert_eq!(b.remaining_since(k, t(1), t(11)), None);
         let mut gaps = vec![];
         let mut now = 11;
@@ -154,7 +171,10 @@ mod tests {
         let b = Backoff::default();
         assert_eq!(b.remaining_since_update("img", t(0)), None);
         b.next("img", t(0), t(0));
-        assert_eq!(b.remaining_since_update("img", t(4)), Some(Duration::from_secs(6)));
+        assert_eq!(
+            b.remaining_since_update("img", t(4)),
+            Some(Duration::from_secs(6))
+        );
         assert_eq!(b.remaining_since_update("img", t(10)), None);
         b.reset("img");
         assert_eq!(b.get("img"), None);

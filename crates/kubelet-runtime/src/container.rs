@@ -26,7 +26,13 @@ const MASKED_PATHS: &[&str] = &[
     "/sys/devices/virtual/powercap",
 ];
 /// Paths read-only in non-privileged containers.
-const READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 
 const CPU_PERIOD: i64 = 100_000;
 const MIN_SHARES: i64 = 2;
@@ -63,13 +69,22 @@ fn oom_score_adj(p: &Pod, c: &Container, machine_memory: i64) -> i64 {
 
 fn resources(cfg: &RuntimeConfig, p: &Pod, c: &Container) -> pb::LinuxContainerResources {
     let res = c.resources.as_ref();
-    let get = |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    let get = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
                k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
     let limits = res.and_then(|r| r.limits.as_ref());
     let requests = res.and_then(|r| r.requests.as_ref());
     let cpu_limit = get(limits, "cpu").and_then(|q| parse_milli_cpu(&q));
-    let cpu_request = get(requests, "cpu").and_then(|q| parse_milli_cpu(&q)).or(cpu_limit);
-    let mem_limit = get(limits, "memory").and_then(|q| parse_bytes(&q)).unwrap_or(0);
+    let cpu_request = get(requests, "cpu")
+        .and_then(|q| parse_milli_cpu(&q))
+        .or(cpu_limit);
+    let mem_limit = get(limits, "memory")
+        .and_then(|q| parse_bytes(&q))
+        .unwrap_or(0);
     let mut out = pb::LinuxContainerResources {
         cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(0)),
         memory_limit_in_bytes: mem_limit,
@@ -113,8 +128,12 @@ fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext
             .and_then(|s| s.run_as_group)
             .or_else(|| psc.and_then(|s| s.run_as_group))
             .map(|value| pb::Int64Value { value }),
-        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
-        supplemental_groups: psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default(),
+        readonly_rootfs: sc
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
+        supplemental_groups: psc
+            .and_then(|s| s.supplemental_groups.clone())
+            .unwrap_or_default(),
         no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         masked_paths: masked,
         readonly_paths: readonly,
@@ -180,7 +199,13 @@ pub(crate) fn container_config(
 
 /// Key for a container's crash-loop backoff (upstream `getStableKey`).
 pub(crate) fn backoff_key(p: &Pod, c: &Container) -> String {
-    format!("{}_{}_{}_{}", pod::full_name(p), pod::uid(p), c.name, pod::container_hash(c))
+    format!(
+        "{}_{}_{}_{}",
+        pod::full_name(p),
+        pod::uid(p),
+        c.name,
+        pod::container_hash(c)
+    )
 }
 
 #[cfg(test)]
@@ -202,10 +227,30 @@ mod tests {
         let cc = container_config(&cfg, &p, c, 3, "sha256:abc");
         assert_eq!(cc.metadata.as_ref().map(|m| m.attempt), Some(3));
         assert_eq!(cc.log_path, "c/3.log");
-        assert_eq!(cc.labels.get("io.kubernetes.container.name").map(String::as_str), Some("c"));
-        assert_eq!(cc.labels.get("io.kubernetes.pod.namespace").map(String::as_str), Some("ns"));
-        assert_eq!(cc.annotations.get("io.kubernetes.container.restartCount").map(String::as_str), Some("3"));
-        assert_eq!(cc.annotations.get("io.kubernetes.pod.terminationGracePeriod").map(String::as_str), Some("5"));
+        assert_eq!(
+            cc.labels
+                .get("io.kubernetes.container.name")
+                .map(String::as_str),
+            Some("c")
+        );
+        assert_eq!(
+            cc.labels
+                .get("io.kubernetes.pod.namespace")
+                .map(String::as_str),
+            Some("ns")
+        );
+        assert_eq!(
+            cc.annotations
+                .get("io.kubernetes.container.restartCount")
+                .map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(
+            cc.annotations
+                .get("io.kubernetes.pod.terminationGracePeriod")
+                .map(String::as_str),
+            Some("5")
+        );
         assert_eq!(cc.envs.len(), 1);
         assert_eq!(cc.command, vec!["sh"]);
         let res = cc.linux.and_then(|l| l.resources).expect("resources");

@@ -36,14 +36,25 @@ impl ImageManager {
 
     /// The image ID to run `c` with, pulling it first when the policy says so.
     /// Errors carry `InvalidImageName`, `ErrImageNeverPull`, `ImagePullBackOff` or `ErrImagePull`.
-    pub async fn ensure_image_exists(&self, p: &Pod, c: &Container, now: SystemTime) -> Result<String> {
+    pub async fn ensure_image_exists(
+        &self,
+        p: &Pod,
+        c: &Container,
+        now: SystemTime,
+    ) -> Result<String> {
         let image = c.image.as_deref().unwrap_or("").trim();
         if image.is_empty() || image.contains(char::is_whitespace) {
-            return Err(err("InvalidImageName", format!("Failed to apply default image tag {image:?}")));
+            return Err(err(
+                "InvalidImageName",
+                format!("Failed to apply default image tag {image:?}"),
+            ));
         }
         let policy = pod::image_pull_policy(c);
         let present = self.images.image_status(image).await.map_err(|e| {
-            err("ImageInspectError", format!("Failed to inspect image {image:?}: {e}"))
+            err(
+                "ImageInspectError",
+                format!("Failed to inspect image {image:?}: {e}"),
+            )
         })?;
         match (policy, present) {
             ("Never", None) => {
@@ -61,7 +72,10 @@ impl ImageManager {
         let key = format!("{}_{}", pod::uid(p), image);
         if let Some(left) = self.backoff.remaining_since_update(&key, now) {
             debug!(image, ?left, "Image pull backing off");
-            return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+            return Err(err(
+                "ImagePullBackOff",
+                format!("Back-off pulling image {image:?}"),
+            ));
         }
         let _turn = self.serialize.lock().await;
         // Another pod may have pulled it while this one waited its turn.
@@ -79,7 +93,10 @@ impl ImageManager {
             }
             Err(e) => {
                 self.backoff.next(&key, now, now);
-                Err(err("ErrImagePull", format!("failed to pull image {image:?}: {}", e.message())))
+                Err(err(
+                    "ErrImagePull",
+                    format!("failed to pull image {image:?}: {}", e.message()),
+                ))
             }
         }
     }
@@ -135,14 +152,23 @@ mod tests {
         let c = &pod::containers(&p)[0];
         let e = m.ensure_image_exists(&p, c, t0).await.expect_err("missing");
         assert_eq!(e.reason(), "ErrImagePull");
-        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(5)).await.expect_err("backoff");
+        let e = m
+            .ensure_image_exists(&p, c, t0 + Duration::from_secs(5))
+            .await
+            .expect_err("backoff");
         assert_eq!(e.reason(), "ImagePullBackOff");
         let pulls = fake.call_count("PullImage");
-        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(11)).await.expect_err("retry");
+        let e = m
+            .ensure_image_exists(&p, c, t0 + Duration::from_secs(11))
+            .await
+            .expect_err("retry");
         assert_eq!(e.reason(), "ErrImagePull");
         assert_eq!(fake.call_count("PullImage"), pulls + 1);
         // The window doubled: 20s from the second failure.
-        let e = m.ensure_image_exists(&p, c, t0 + Duration::from_secs(25)).await.expect_err("backoff 2");
+        let e = m
+            .ensure_image_exists(&p, c, t0 + Duration::from_secs(25))
+            .await
+            .expect_err("backoff 2");
         assert_eq!(e.reason(), "ImagePullBackOff");
     }
 }

@@ -43,10 +43,17 @@ pub fn container_labels(p: &Pod, c: &Container) -> HashMap<String, String> {
 }
 
 /// Container annotations: spec hash, restart count, termination settings, ports.
-pub fn container_annotations(p: &Pod, c: &Container, restart_count: i32) -> HashMap<String, String> {
+pub fn container_annotations(
+    p: &Pod,
+    c: &Container,
+    restart_count: i32,
+) -> HashMap<String, String> {
     let mut out = HashMap::from([
         (labels::CONTAINER_HASH.into(), pod::container_hash(c)),
-        (labels::CONTAINER_RESTART_COUNT.into(), restart_count.to_string()),
+        (
+            labels::CONTAINER_RESTART_COUNT.into(),
+            restart_count.to_string(),
+        ),
         (
             labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),
             c.termination_message_path.clone().unwrap_or_default(),
@@ -56,7 +63,11 @@ pub fn container_annotations(p: &Pod, c: &Container, restart_count: i32) -> Hash
             c.termination_message_policy.clone().unwrap_or_default(),
         ),
     ]);
-    if let Some(g) = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) {
+    if let Some(g) = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+    {
         out.insert(labels::POD_TERMINATION_GRACE_PERIOD.into(), g.to_string());
     }
     if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty())

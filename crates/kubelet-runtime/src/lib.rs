@@ -22,3 +22,24 @@ pub use error::{Error, Result};
 pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
 pub use sandbox::qos_class as sandbox_qos_class;
+
+/// The `PodSandboxConfig` kubelet-rs sends for `pod` (for benchmarks and tools
+/// that must create exactly what the kubelet would).
+pub fn generate_sandbox_config(
+    cfg: &RuntimeConfig,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    attempt: u32,
+) -> cri::pb::PodSandboxConfig {
+    sandbox::sandbox_config(cfg, pod, attempt)
+}
+
+/// The `ContainerConfig` kubelet-rs sends for a container of `pod`.
+pub fn generate_container_config(
+    cfg: &RuntimeConfig,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    container: &k8s_openapi::api::core::v1::Container,
+    restart_count: i32,
+    image_ref: &str,
+) -> cri::pb::ContainerConfig {
+    container::container_config(cfg, pod, container, restart_count, image_ref)
+}

@@ -86,12 +86,19 @@ pub struct KubeRuntimeManager {
 }
 
 fn uid_filter<T: Default>(uid: &str, make: impl FnOnce(HashMap<String, String>) -> T) -> Option<T> {
-    Some(make(HashMap::from([(labels::POD_UID.to_string(), uid.to_string())])))
+    Some(make(HashMap::from([(
+        labels::POD_UID.to_string(),
+        uid.to_string(),
+    )])))
 }
 
 impl KubeRuntimeManager {
     /// A manager over the given runtime and image services.
-    pub fn new(runtime: Arc<dyn RuntimeService>, images: Arc<dyn ImageService>, cfg: RuntimeConfig) -> Self {
+    pub fn new(
+        runtime: Arc<dyn RuntimeService>,
+        images: Arc<dyn ImageService>,
+        cfg: RuntimeConfig,
+    ) -> Self {
         Self {
             runtime,
             images: ImageManager::new(images),
@@ -113,7 +120,10 @@ impl KubeRuntimeManager {
 
     /// Why the named container is not running, if a start failed (`CrashLoopBackOff`, `ErrImagePull`...).
     pub fn waiting_reason(&self, uid: &str, container: &str) -> Option<Reason> {
-        self.reasons.lock().get(&(uid.to_string(), container.to_string())).cloned()
+        self.reasons
+            .lock()
+            .get(&(uid.to_string(), container.to_string()))
+            .cloned()
     }
 
     fn set_reason(&self, uid: &str, container: &str, reason: &'static str, message: String) {
@@ -123,7 +133,9 @@ impl KubeRuntimeManager {
     }
 
     fn clear_reason(&self, uid: &str, container: &str) {
-        self.reasons.lock().remove(&(uid.to_string(), container.to_string()));
+        self.reasons
+            .lock()
+            .remove(&(uid.to_string(), container.to_string()));
     }
 
     /// Forgets the waiting reasons of a pod that is gone.
@@ -138,23 +150,36 @@ impl KubeRuntimeManager {
     }
 
     /// The runtime state of pod `uid`: its sandboxes and containers, newest first.
-    pub async fn get_pod_status(&self, uid: &str, name: &str, namespace: &str) -> Result<PodStatus> {
-        let sandboxes = self
-            .runtime
-            .list_pod_sandbox(uid_filter(uid, |label_selector| pb::PodSandboxFilter {
-                label_selector,
-                ..Default::default()
-            }))
-            .await?;
-        let containers = self
-            .runtime
-            .list_containers(uid_filter(uid, |label_selector| pb::ContainerFilter {
-                label_selector,
-                ..Default::default()
-            }))
-            .await?;
-        let sb = join_all(sandboxes.iter().map(|s| self.runtime.pod_sandbox_status(&s.id))).await;
-        let ct = join_all(containers.iter().map(|c| self.runtime.container_status(&c.id))).await;
+    pub async fn get_pod_status(
+        &self,
+        uid: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodStatus> {
+        let (sandboxes, containers) = futures::try_join!(
+            self.runtime
+                .list_pod_sandbox(uid_filter(uid, |label_selector| pb::PodSandboxFilter {
+                    label_selector,
+                    ..Default::default()
+                })),
+            self.runtime
+                .list_containers(uid_filter(uid, |label_selector| pb::ContainerFilter {
+                    label_selector,
+                    ..Default::default()
+                })),
+        )?;
+        let sb = join_all(
+            sandboxes
+                .iter()
+                .map(|s| self.runtime.pod_sandbox_status(&s.id)),
+        )
+        .await;
+        let ct = join_all(
+            containers
+                .iter()
+                .map(|c| self.runtime.container_status(&c.id)),
+        )
+        .await;
         let mut status = PodStatus {
             uid: uid.to_string(),
             name: name.to_string(),
@@ -170,13 +195,19 @@ impl KubeRuntimeManager {
         }
         for (r, c) in ct.into_iter().zip(&containers) {
             match r {
-                Ok(s) => status.containers.push(container_status_from_cri(&s, &c.pod_sandbox_id)),
+                Ok(s) => status
+                    .containers
+                    .push(container_status_from_cri(&s, &c.pod_sandbox_id)),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        status.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
-        status.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        status
+            .sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        status
+            .containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         if let Some(ready) = status
             .sandboxes
             .iter()
@@ -185,7 +216,9 @@ impl KubeRuntimeManager {
             && !net.ip.is_empty()
         {
             status.ips.push(net.ip.clone());
-            status.ips.extend(net.additional_ips.iter().map(|i| i.ip.clone()));
+            status
+                .ips
+                .extend(net.additional_ips.iter().map(|i| i.ip.clone()));
         }
         Ok(status)
     }
@@ -197,9 +230,15 @@ impl KubeRuntimeManager {
         let mut result = SyncResult::default();
         if actions.kill_pod {
             if actions.create_sandbox {
-                info!(attempt = actions.attempt, "No ready sandbox for pod; a new one will be created");
+                info!(
+                    attempt = actions.attempt,
+                    "No ready sandbox for pod; a new one will be created"
+                );
             }
-            if let Err(e) = self.kill_pod(status, pod::grace_period(p), actions.create_sandbox).await {
+            if let Err(e) = self
+                .kill_pod(status, pod::grace_period(p), actions.create_sandbox)
+                .await
+            {
                 result.errors.push(e);
                 return result;
             }
@@ -242,7 +281,9 @@ impl KubeRuntimeManager {
             return result;
         }
         for i in actions.containers_to_start {
-            let Some(c) = pod::containers(p).get(i) else { continue };
+            let Some(c) = pod::containers(p).get(i) else {
+                continue;
+            };
             if let Err(e) = self
                 .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
                 .await
@@ -253,7 +294,12 @@ impl KubeRuntimeManager {
         result
     }
 
-    async fn ensure_sandbox(&self, p: &Pod, a: &PodActions, cfg: &pb::PodSandboxConfig) -> Result<String> {
+    async fn ensure_sandbox(
+        &self,
+        p: &Pod,
+        a: &PodActions,
+        cfg: &pb::PodSandboxConfig,
+    ) -> Result<String> {
         if !a.create_sandbox {
             return a
                 .sandbox_id
@@ -261,10 +307,12 @@ impl KubeRuntimeManager {
                 .ok_or_else(|| Error::CreateSandbox("no sandbox to reuse".into()));
         }
         let dir = pod_logs_dir(&self.cfg.pod_logs_dir, p);
-        tokio::fs::create_dir_all(&dir).await.map_err(|source| Error::Io {
-            context: format!("create pod log directory {}", dir.display()),
-            source,
-        })?;
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|source| Error::Io {
+                context: format!("create pod log directory {}", dir.display()),
+                source,
+            })?;
         info!(attempt = a.attempt, "Creating pod sandbox");
         let id = self
             .runtime
@@ -321,12 +369,18 @@ impl KubeRuntimeManager {
         let restart_count = last.map_or(0, |s| s.restart_count + 1);
         self.prune_instances(status, &c.name).await;
         let log_dir = pod_logs_dir(&self.cfg.pod_logs_dir, p).join(&c.name);
-        tokio::fs::create_dir_all(&log_dir).await.map_err(|source| Error::Io {
-            context: format!("create container log directory {}", log_dir.display()),
-            source,
-        })?;
+        tokio::fs::create_dir_all(&log_dir)
+            .await
+            .map_err(|source| Error::Io {
+                context: format!("create container log directory {}", log_dir.display()),
+                source,
+            })?;
         let cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
-        let id = match self.runtime.create_container(sandbox_id, cfg, sandbox_cfg.clone()).await {
+        let id = match self
+            .runtime
+            .create_container(sandbox_id, cfg, sandbox_cfg.clone())
+            .await
+        {
             Ok(id) => id,
             Err(e) => {
                 let message = e.message();
@@ -378,7 +432,12 @@ impl KubeRuntimeManager {
     /// Stops every live container (in parallel, each with `grace`), then the
     /// pod's ready sandboxes (all of them when `all_sandboxes`, which also
     /// releases the network of a sandbox whose pause process died).
-    pub async fn kill_pod(&self, status: &PodStatus, grace: Duration, all_sandboxes: bool) -> Result<()> {
+    pub async fn kill_pod(
+        &self,
+        status: &PodStatus,
+        grace: Duration,
+        all_sandboxes: bool,
+    ) -> Result<()> {
         let stops = status.live_containers().map(|c| {
             info!(container = %c.name, container.id = %c.id, ?grace, "Killing container");
             self.stop_container(&c.id, grace)
@@ -455,9 +514,15 @@ mod tests {
     }
 
     async fn sync(m: &KubeRuntimeManager, p: &Pod, now: SystemTime) -> (PodStatus, SyncResult) {
-        let s = m.get_pod_status("uid-1", "p", "default").await.expect("status");
+        let s = m
+            .get_pod_status("uid-1", "p", "default")
+            .await
+            .expect("status");
         let r = m.sync_pod(p, &s, now).await;
-        let s = m.get_pod_status("uid-1", "p", "default").await.expect("status");
+        let s = m
+            .get_pod_status("uid-1", "p", "default")
+            .await
+            .expect("status");
         (s, r)
     }
 
@@ -477,8 +542,18 @@ mod tests {
         fake.clear_calls();
         let (_, r) = sync(&m, &p, t).await;
         assert!(r.errors.is_empty());
-        let mutating = ["RunPodSandbox", "CreateContainer", "StartContainer", "StopContainer", "StopPodSandbox"];
-        assert!(fake.calls().iter().all(|c| !mutating.contains(c)), "{:?}", fake.calls());
+        let mutating = [
+            "RunPodSandbox",
+            "CreateContainer",
+            "StartContainer",
+            "StopContainer",
+            "StopPodSandbox",
+        ];
+        assert!(
+            fake.calls().iter().all(|c| !mutating.contains(c)),
+            "{:?}",
+            fake.calls()
+        );
         assert!(dir.path().join("default_p_uid-1/c").is_dir());
     }
 
@@ -494,14 +569,29 @@ mod tests {
         // First exit restarts at once, with restart count 1.
         let (s, r) = sync(&m, &p, t0).await;
         assert!(r.errors.is_empty());
-        assert_eq!(s.find_container("c").map(|c| (c.state, c.restart_count)), Some((ContainerState::Running, 1)));
+        assert_eq!(
+            s.find_container("c").map(|c| (c.state, c.restart_count)),
+            Some((ContainerState::Running, 1))
+        );
         // Second exit: CrashLoopBackOff for 10s, requeued for the end of the window.
         fake.exit_container(&s.containers[0].id, 1);
         let (s, r) = sync(&m, &p, SystemTime::now()).await;
-        assert_eq!(r.errors.first().map(Error::reason), Some("CrashLoopBackOff"));
-        assert!(r.requeue_after.is_some_and(|d| d <= Duration::from_secs(10) && d > Duration::from_secs(8)));
-        assert_eq!(m.waiting_reason("uid-1", "c").map(|r| r.0), Some("CrashLoopBackOff"));
-        assert_eq!(s.find_container("c").map(|c| c.state), Some(ContainerState::Exited));
+        assert_eq!(
+            r.errors.first().map(Error::reason),
+            Some("CrashLoopBackOff")
+        );
+        assert!(
+            r.requeue_after
+                .is_some_and(|d| d <= Duration::from_secs(10) && d > Duration::from_secs(8))
+        );
+        assert_eq!(
+            m.waiting_reason("uid-1", "c").map(|r| r.0),
+            Some("CrashLoopBackOff")
+        );
+        assert_eq!(
+            s.find_container("c").map(|c| c.state),
+            Some(ContainerState::Exited)
+        );
         // After the window the container restarts and the reason clears; old dead instances are pruned.
         let later = SystemTime::now() + Duration::from_secs(11);
         let (s, r) = sync(&m, &p, later).await;
@@ -523,10 +613,17 @@ mod tests {
         let (s, r) = sync(&m, &p, t).await;
         assert!(r.errors.is_empty());
         assert_eq!(s.containers.len(), 1);
-        assert!(!s.has_ready_sandbox(), "sandbox stopped once nothing is left to run");
+        assert!(
+            !s.has_ready_sandbox(),
+            "sandbox stopped once nothing is left to run"
+        );
         fake.clear_calls();
         sync(&m, &p, t).await;
-        assert_eq!(fake.call_count("StopPodSandbox"), 0, "a finished pod costs no more stops");
+        assert_eq!(
+            fake.call_count("StopPodSandbox"),
+            0,
+            "a finished pod costs no more stops"
+        );
     }
 
     #[tokio::test]
@@ -545,10 +642,19 @@ mod tests {
         }
         let (s, r) = sync(&m, &p, SystemTime::now()).await;
         assert_eq!(r.errors.len(), 1);
-        assert_eq!(m.waiting_reason("uid-1", "bad").map(|r| r.0), Some("ErrImagePull"));
-        assert_eq!(s.find_container("c").map(|c| c.state), Some(ContainerState::Running));
+        assert_eq!(
+            m.waiting_reason("uid-1", "bad").map(|r| r.0),
+            Some("ErrImagePull")
+        );
+        assert_eq!(
+            s.find_container("c").map(|c| c.state),
+            Some(ContainerState::Running)
+        );
         let (_, _) = sync(&m, &p, SystemTime::now()).await;
-        assert_eq!(m.waiting_reason("uid-1", "bad").map(|r| r.0), Some("ImagePullBackOff"));
+        assert_eq!(
+            m.waiting_reason("uid-1", "bad").map(|r| r.0),
+            Some("ImagePullBackOff")
+        );
     }
 
     #[tokio::test]
@@ -558,8 +664,13 @@ mod tests {
         let m = manager(&fake, dir.path());
         let p = pod("Always");
         let (s, _) = sync(&m, &p, SystemTime::now()).await;
-        m.kill_pod(&s, Duration::from_secs(2), false).await.expect("kill");
-        let s = m.get_pod_status("uid-1", "p", "default").await.expect("status");
+        m.kill_pod(&s, Duration::from_secs(2), false)
+            .await
+            .expect("kill");
+        let s = m
+            .get_pod_status("uid-1", "p", "default")
+            .await
+            .expect("status");
         assert!(s.live_containers().next().is_none() && !s.has_ready_sandbox());
         m.remove_pod(&s).await.expect("remove");
         assert!(fake.sandboxes().is_empty() && fake.containers().is_empty());

@@ -209,7 +209,9 @@ impl GenericPleg {
         let containers = self.runtime.list_containers(None).await?;
         let mut current: HashMap<String, RuntimePod> = HashMap::new();
         for s in &sandboxes {
-            let Some(uid) = s.labels.get(l::POD_UID) else { continue };
+            let Some(uid) = s.labels.get(l::POD_UID) else {
+                continue;
+            };
             let pod = current.entry(uid.clone()).or_insert_with(|| RuntimePod {
                 name: s.labels.get(l::POD_NAME).cloned().unwrap_or_default(),
                 namespace: s.labels.get(l::POD_NAMESPACE).cloned().unwrap_or_default(),
@@ -218,13 +220,16 @@ impl GenericPleg {
             pod.states.insert(s.id.clone(), sandbox_state(s));
         }
         for c in &containers {
-            let Some(uid) = c.labels.get(l::POD_UID) else { continue };
+            let Some(uid) = c.labels.get(l::POD_UID) else {
+                continue;
+            };
             let pod = current.entry(uid.clone()).or_insert_with(|| RuntimePod {
                 name: c.labels.get(l::POD_NAME).cloned().unwrap_or_default(),
                 namespace: c.labels.get(l::POD_NAMESPACE).cloned().unwrap_or_default(),
                 states: HashMap::new(),
             });
-            pod.states.insert(c.id.clone(), ContainerState::from_cri(c.state));
+            pod.states
+                .insert(c.id.clone(), ContainerState::from_cri(c.state));
         }
         *self.last_relist.lock() = Some(Instant::now());
 
@@ -265,7 +270,13 @@ impl GenericPleg {
         Ok(n)
     }
 
-    fn dispatch(self: &Arc<Self>, uid: String, name: String, ns: String, evs: Vec<PodLifecycleEvent>) {
+    fn dispatch(
+        self: &Arc<Self>,
+        uid: String,
+        name: String,
+        ns: String,
+        evs: Vec<PodLifecycleEvent>,
+    ) {
         {
             let mut st = self.state.lock();
             if st.in_flight.contains(&uid) {
@@ -285,7 +296,11 @@ impl GenericPleg {
                 me.cache.remove(&uid);
             } else {
                 let permit = me.inspections.clone().acquire_owned().await;
-                let res = tokio::time::timeout(me.inspect_timeout, me.manager.get_pod_status(&uid, &name, &ns)).await;
+                let res = tokio::time::timeout(
+                    me.inspect_timeout,
+                    me.manager.get_pod_status(&uid, &name, &ns),
+                )
+                .await;
                 drop(permit);
                 match res {
                     Ok(Ok(status)) => me.cache.set(&uid, status),
@@ -321,8 +336,8 @@ impl GenericPleg {
 mod tests {
     use super::*;
     use crate::manager::RuntimeConfig;
-    use cri::fake::FakeRuntime;
     use cri::ImageService as _;
+    use cri::fake::FakeRuntime;
 
     async fn add_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
         let labels = HashMap::from([
@@ -387,7 +402,10 @@ mod tests {
         let (_sb, c) = add_pod(&fake, "u1").await;
         assert_eq!(p.relist().await.expect("relist"), 1);
         let evs = drain(&mut rx, 2).await;
-        assert!(evs.iter().all(|e| e.uid == "u1" && e.kind == EventKind::ContainerStarted));
+        assert!(
+            evs.iter()
+                .all(|e| e.uid == "u1" && e.kind == EventKind::ContainerStarted)
+        );
         assert_eq!(evs.len(), 2, "sandbox and container started");
         assert_eq!(p.cache().get("u1").map(|s| s.containers.len()), Some(1));
         // Nothing changed: no events.
@@ -412,7 +430,10 @@ mod tests {
         add_pod(&fake, "ok").await;
         let t = std::time::SystemTime::now();
         p.relist().await.expect("relist");
-        assert!(t.elapsed().unwrap_or_default() < Duration::from_secs(1), "relist did not wait");
+        assert!(
+            t.elapsed().unwrap_or_default() < Duration::from_secs(1),
+            "relist did not wait"
+        );
         let evs = drain(&mut rx, 2).await;
         assert!(evs.iter().all(|e| e.uid == "ok"), "{evs:?}");
         assert!(p.cache().get("ok").is_some());
@@ -443,14 +464,26 @@ mod tests {
     #[test]
     fn event_table() {
         use ContainerState::*;
-        assert_eq!(events_for(None, Some(Running)), vec![EventKind::ContainerStarted]);
-        assert_eq!(events_for(Some(Running), Some(Exited)), vec![EventKind::ContainerDied]);
+        assert_eq!(
+            events_for(None, Some(Running)),
+            vec![EventKind::ContainerStarted]
+        );
+        assert_eq!(
+            events_for(Some(Running), Some(Exited)),
+            vec![EventKind::ContainerDied]
+        );
         assert_eq!(
             events_for(Some(Running), None),
             vec![EventKind::ContainerDied, EventKind::ContainerRemoved]
         );
-        assert_eq!(events_for(Some(Exited), None), vec![EventKind::ContainerRemoved]);
+        assert_eq!(
+            events_for(Some(Exited), None),
+            vec![EventKind::ContainerRemoved]
+        );
         assert_eq!(events_for(Some(Running), Some(Running)), vec![]);
-        assert_eq!(events_for(None, Some(Created)), vec![EventKind::ContainerChanged]);
+        assert_eq!(
+            events_for(None, Some(Created)),
+            vec![EventKind::ContainerChanged]
+        );
     }
 }

@@ -89,13 +89,18 @@ impl PodStatus {
     }
 
     /// Every instance of the named container, newest first.
-    pub fn instances<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ContainerStatus> + 'a {
+    pub fn instances<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a ContainerStatus> + 'a {
         self.containers.iter().filter(move |c| c.name == name)
     }
 
     /// Containers that are running or may still be (not exited).
     pub fn live_containers(&self) -> impl Iterator<Item = &ContainerStatus> {
-        self.containers.iter().filter(|c| c.state != ContainerState::Exited)
+        self.containers
+            .iter()
+            .filter(|c| c.state != ContainerState::Exited)
     }
 
     /// True when a sandbox is ready.
@@ -128,7 +133,11 @@ pub fn container_status_from_cri(s: &pb::ContainerStatus, sandbox_id: &str) -> C
         started_at: from_nanos(s.started_at),
         finished_at: from_nanos(s.finished_at),
         exit_code: s.exit_code,
-        image: s.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+        image: s
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default(),
         image_ref: if s.image_id.is_empty() {
             s.image_ref.clone()
         } else {

@@ -13,7 +13,12 @@ use crate::quantity::{parse_bytes, parse_milli_cpu};
 
 /// Upstream `kubecontainer.BuildPodLogsDirectory`: `<podLogsDir>/<ns>_<name>_<uid>`.
 pub(crate) fn pod_logs_dir(root: &Path, p: &Pod) -> std::path::PathBuf {
-    root.join(format!("{}_{}_{}", pod::namespace(p), pod::name(p), pod::uid(p)))
+    root.join(format!(
+        "{}_{}_{}",
+        pod::namespace(p),
+        pod::name(p),
+        pod::uid(p)
+    ))
 }
 
 /// QoS class as the apiserver computes it (upstream `qos.GetPodQOS`).
@@ -34,7 +39,11 @@ pub fn qos_class(p: &Pod) -> &'static str {
                 (_, None) => false,
                 (None, Some(_)) => true,
                 (Some(r), Some(l)) => {
-                    let parse = if name == "cpu" { parse_milli_cpu } else { parse_bytes };
+                    let parse = if name == "cpu" {
+                        parse_milli_cpu
+                    } else {
+                        parse_bytes
+                    };
                     parse(r) == parse(l)
                 }
             };
@@ -73,7 +82,10 @@ fn read_resolv_conf(path: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
         return (servers, searches, options);
     }
     let Ok(text) = std::fs::read_to_string(path) else {
-        tracing::warn!(path, "Cannot read resolv.conf; pods with dnsPolicy Default get no DNS config");
+        tracing::warn!(
+            path,
+            "Cannot read resolv.conf; pods with dnsPolicy Default get no DNS config"
+        );
         return (servers, searches, options);
     };
     for line in text.lines() {
@@ -91,7 +103,9 @@ fn read_resolv_conf(path: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
 /// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
 pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod) -> pb::DnsConfig {
     let spec = p.spec.as_ref();
-    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
     let host_net = pod::host_network(p);
     let cluster_first = match policy {
         "ClusterFirstWithHostNet" => true,
@@ -118,10 +132,13 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod) -> pb::DnsConfig {
         }
     }
     if let Some(pdns) = spec.and_then(|s| s.dns_config.as_ref()) {
-        out.servers.extend(pdns.nameservers.iter().flatten().cloned());
+        out.servers
+            .extend(pdns.nameservers.iter().flatten().cloned());
         out.searches.extend(pdns.searches.iter().flatten().cloned());
         for o in pdns.options.iter().flatten() {
-            let Some(name) = o.name.as_deref() else { continue };
+            let Some(name) = o.name.as_deref() else {
+                continue;
+            };
             let opt = match &o.value {
                 Some(v) => format!("{name}:{v}"),
                 None => name.to_string(),
@@ -171,21 +188,34 @@ pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
     let spec = p.spec.as_ref();
     let node = pb::NamespaceMode::Node as i32;
     pb::NamespaceOption {
-        network: if pod::host_network(p) { node } else { pb::NamespaceMode::Pod as i32 },
+        network: if pod::host_network(p) {
+            node
+        } else {
+            pb::NamespaceMode::Pod as i32
+        },
         pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
             node
-        } else if spec.and_then(|s| s.share_process_namespace).unwrap_or(false) {
+        } else if spec
+            .and_then(|s| s.share_process_namespace)
+            .unwrap_or(false)
+        {
             pb::NamespaceMode::Pod as i32
         } else {
             pb::NamespaceMode::Container as i32
         },
-        ipc: if spec.and_then(|s| s.host_ipc).unwrap_or(false) { node } else { pb::NamespaceMode::Pod as i32 },
+        ipc: if spec.and_then(|s| s.host_ipc).unwrap_or(false) {
+            node
+        } else {
+            pb::NamespaceMode::Pod as i32
+        },
         ..Default::default()
     }
 }
 
 /// A seccomp profile from the API's `seccompProfile`, Unconfined when unset (upstream default).
-pub(crate) fn seccomp(profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>) -> pb::SecurityProfile {
+pub(crate) fn seccomp(
+    profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
     match profile.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
         Some(("RuntimeDefault", _)) => pb::SecurityProfile {
@@ -210,10 +240,19 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
     let privileged = pod::containers(p)
         .iter()
         .chain(pod::init_containers(p))
-        .any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false));
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        });
     let sysctls = psc
         .and_then(|s| s.sysctls.as_ref())
-        .map(|v| v.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .map(|v| {
+            v.iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect()
+        })
         .unwrap_or_default();
     pb::PodSandboxConfig {
         metadata: Some(pb::PodSandboxMetadata {
@@ -223,7 +262,9 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
             attempt,
         }),
         hostname: hostname(p),
-        log_directory: pod_logs_dir(&cfg.pod_logs_dir, p).to_string_lossy().into_owned(),
+        log_directory: pod_logs_dir(&cfg.pod_logs_dir, p)
+            .to_string_lossy()
+            .into_owned(),
         dns_config: Some(dns_config(cfg, p)),
         port_mappings: port_mappings(p),
         labels: labels::sandbox_labels(p),
@@ -232,9 +273,15 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
             cgroup_parent: cgroup_parent(cfg, p),
             security_context: Some(pb::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(p)),
-                run_as_user: psc.and_then(|s| s.run_as_user).map(|value| pb::Int64Value { value }),
-                run_as_group: psc.and_then(|s| s.run_as_group).map(|value| pb::Int64Value { value }),
-                supplemental_groups: psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default(),
+                run_as_user: psc
+                    .and_then(|s| s.run_as_user)
+                    .map(|value| pb::Int64Value { value }),
+                run_as_group: psc
+                    .and_then(|s| s.run_as_group)
+                    .map(|value| pb::Int64Value { value }),
+                supplemental_groups: psc
+                    .and_then(|s| s.supplemental_groups.clone())
+                    .unwrap_or_default(),
                 privileged,
                 seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
                 ..Default::default()
@@ -264,11 +311,20 @@ mod tests {
 
     #[test]
     fn cluster_first_dns() {
-        let p = pod(serde_json::json!({"metadata": {"name": "a", "namespace": "ns1", "uid": "u"},
-            "spec": {"containers": []}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "ns1", "uid": "u"},
+            "spec": {"containers": []}}),
+        );
         let d = dns_config(&cfg(), &p);
         assert_eq!(d.servers, vec!["10.96.0.10"]);
-        assert_eq!(d.searches, vec!["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local"]);
+        assert_eq!(
+            d.searches,
+            vec![
+                "ns1.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local"
+            ]
+        );
         assert_eq!(d.options, vec!["ndots:5"]);
         // hostNetwork with ClusterFirst uses the node's resolver instead.
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
@@ -301,11 +357,19 @@ mod tests {
 
     #[test]
     fn sandbox_carries_upstream_labels_and_log_dir() {
-        let p = pod(serde_json::json!({"metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "x"}},
-            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}));
+        let p = pod(
+            serde_json::json!({"metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}),
+        );
         let c = sandbox_config(&cfg(), &p, 2);
-        assert_eq!(c.labels.get("io.kubernetes.pod.name").map(String::as_str), Some("web"));
-        assert_eq!(c.labels.get("io.kubernetes.pod.uid").map(String::as_str), Some("u1"));
+        assert_eq!(
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str),
+            Some("web")
+        );
+        assert_eq!(
+            c.labels.get("io.kubernetes.pod.uid").map(String::as_str),
+            Some("u1")
+        );
         assert_eq!(c.labels.get("app").map(String::as_str), Some("x"));
         assert_eq!(c.log_directory, "/var/log/pods/default_web_u1");
         assert_eq!(c.metadata.as_ref().map(|m| m.attempt), Some(2));

@@ -17,11 +17,16 @@ pub fn apply_api_defaults(pod: &mut Pod) {
         pod.metadata.namespace = Some("default".to_string());
     }
     let spec = pod.spec.get_or_insert_with(Default::default);
-    spec.restart_policy.get_or_insert_with(|| "Always".to_string());
-    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".to_string());
-    spec.termination_grace_period_seconds.get_or_insert(DEFAULT_GRACE_PERIOD_SECONDS);
-    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".to_string());
-    spec.security_context.get_or_insert_with(PodSecurityContext::default);
+    spec.restart_policy
+        .get_or_insert_with(|| "Always".to_string());
+    spec.dns_policy
+        .get_or_insert_with(|| "ClusterFirst".to_string());
+    spec.termination_grace_period_seconds
+        .get_or_insert(DEFAULT_GRACE_PERIOD_SECONDS);
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".to_string());
+    spec.security_context
+        .get_or_insert_with(PodSecurityContext::default);
     spec.enable_service_links.get_or_insert(true);
     let host_network = spec.host_network.unwrap_or(false);
     let defaults = |c: &mut Container| {
@@ -31,7 +36,8 @@ pub fn apply_api_defaults(pod: &mut Pod) {
         }
         c.termination_message_path
             .get_or_insert_with(|| "/dev/termination-log".to_string());
-        c.termination_message_policy.get_or_insert_with(|| "File".to_string());
+        c.termination_message_policy
+            .get_or_insert_with(|| "File".to_string());
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".to_string());
             if host_network && p.host_port.is_none() {
@@ -64,7 +70,10 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
             return Err(format!("spec.{field}[{i}].name: Required value"));
         }
         if !names.insert(c.name.as_str()) {
-            return Err(format!("spec.{field}[{i}].name: Duplicate value: {:?}", c.name));
+            return Err(format!(
+                "spec.{field}[{i}].name: Duplicate value: {:?}",
+                c.name
+            ));
         }
         if c.image.as_deref().is_none_or(|s| s.trim().is_empty()) {
             return Err(format!("spec.{field}[{i}].image: Required value"));
@@ -82,7 +91,12 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
 /// API defaults, a UID that hashes the node, the manifest's origin and content,
 /// name `<name>-<nodeName>`, `spec.nodeName`, the `config.hash` annotation and a
 /// toleration of every NoExecute taint. `origin` is the file path or URL.
-pub fn apply_static_defaults(pod: &mut Pod, source: Source, origin: &str, node_name: &str) -> Result<(), String> {
+pub fn apply_static_defaults(
+    pod: &mut Pod,
+    source: Source,
+    origin: &str,
+    node_name: &str,
+) -> Result<(), String> {
     apply_api_defaults(pod);
     validate(pod)?;
     if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
@@ -101,15 +115,20 @@ pub fn apply_static_defaults(pod: &mut Pod, source: Source, origin: &str, node_n
     pod.metadata.name = Some(format!("{name}-{}", node_name.to_lowercase()));
     let spec = pod.spec.get_or_insert_with(Default::default);
     spec.node_name = Some(node_name.to_string());
-    spec.tolerations.get_or_insert_with(Vec::new).push(Toleration {
-        operator: Some("Exists".to_string()),
-        effect: Some("NoExecute".to_string()),
-        ..Default::default()
-    });
+    spec.tolerations
+        .get_or_insert_with(Vec::new)
+        .push(Toleration {
+            operator: Some("Exists".to_string()),
+            effect: Some("NoExecute".to_string()),
+            ..Default::default()
+        });
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     ann.insert(labels::CONFIG_HASH.to_string(), uid);
-    ann.insert(labels::CONFIG_SOURCE.to_string(), source.as_str().to_string());
+    ann.insert(
+        labels::CONFIG_SOURCE.to_string(),
+        source.as_str().to_string(),
+    );
     Ok(())
 }
 
@@ -136,13 +155,19 @@ mod tests {
         assert_eq!(uid.len(), 32);
         let ann = a.metadata.annotations.clone().expect("annotations");
         assert_eq!(ann.get(labels::CONFIG_HASH), Some(&uid));
-        assert_eq!(ann.get(labels::CONFIG_SOURCE).map(String::as_str), Some("file"));
+        assert_eq!(
+            ann.get(labels::CONFIG_SOURCE).map(String::as_str),
+            Some("file")
+        );
         let spec = a.spec.clone().expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("Node-1"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
         assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
         assert_eq!(spec.termination_grace_period_seconds, Some(30));
-        assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
 
         // Deterministic: same manifest, node and path give the same UID.
         let mut b = manifest();

@@ -15,9 +15,11 @@ pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 /// Container annotation: restart count of this instance.
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 /// Container annotation: termination message path.
-pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
+    "io.kubernetes.container.terminationMessagePath";
 /// Container annotation: termination message policy.
-pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 /// Container annotation: pod termination grace period in seconds.
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Container annotation: JSON of the container ports.

@@ -58,7 +58,10 @@ pub fn restart_policy(pod: &Pod) -> RestartPolicy {
 
 /// The pod's app containers.
 pub fn containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[])
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
 }
 
 /// The pod's init containers.
@@ -75,14 +78,21 @@ pub fn grace_period(pod: &Pod) -> Duration {
     let secs = pod
         .metadata
         .deletion_grace_period_seconds
-        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
     Duration::from_secs(u64::try_from(secs).unwrap_or(0)).max(MIN_GRACE_PERIOD)
 }
 
 /// True when the pod uses the node's network namespace.
 pub fn host_network(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
 }
 
 /// Hash of a container's spec, stored on the container so a changed spec is
@@ -124,7 +134,10 @@ mod tests {
         assert_eq!(default_pull_policy("busybox"), "Always");
         assert_eq!(default_pull_policy("busybox:latest"), "Always");
         assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
-        assert_eq!(default_pull_policy("localhost:5000/busybox:1.35"), "IfNotPresent");
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox:1.35"),
+            "IfNotPresent"
+        );
         assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
     }
 

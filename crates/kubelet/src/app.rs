@@ -104,7 +104,9 @@ impl App {
             cfg.image_service_endpoint.as_deref(),
             cfg.runtime_request_timeout,
         )?;
-        let runtime_name = match tokio::time::timeout(Duration::from_secs(5), remote.version()).await {
+        let runtime_name = match tokio::time::timeout(Duration::from_secs(5), remote.version())
+            .await
+        {
             Ok(Ok(v)) => {
                 info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version,
                     "Connected to container runtime");
@@ -139,7 +141,11 @@ impl App {
             None
         } else {
             let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
-            Some(TcpListener::bind(addr).await.map_err(|source| AppError::Healthz { addr, source })?)
+            Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| AppError::Healthz { addr, source })?,
+            )
         };
         let http = match &cfg.static_pod_url {
             Some(url) => Some(
@@ -176,28 +182,53 @@ impl App {
         if self.http.is_some() {
             expected.push(Source::Http);
         }
-        let (src_tx, config_rx, sources_ready, _storage) = spawn_merger(&expected, stop.child_token());
+        let (src_tx, config_rx, sources_ready, _storage) =
+            spawn_merger(&expected, stop.child_token());
 
         let mut manifest_errors = None;
         if let Some(path) = &cfg.static_pod_path {
-            let src = FileSource::new(path.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
+            let src = FileSource::new(
+                path.clone(),
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+            );
             manifest_errors = Some(src.errors());
             info!(path = %path.display(), "Watching static pod path");
-            tasks.spawn(src.run(src_tx.clone(), stop.child_token()).instrument(info_span!("file_source")));
+            tasks.spawn(
+                src.run(src_tx.clone(), stop.child_token())
+                    .instrument(info_span!("file_source")),
+            );
         }
         if let Some(src) = self.http {
             info!(url = ?cfg.static_pod_url, "Polling static pod URL");
-            tasks.spawn(src.run(src_tx.clone(), stop.child_token()).instrument(info_span!("http_source")));
+            tasks.spawn(
+                src.run(src_tx.clone(), stop.child_token())
+                    .instrument(info_span!("http_source")),
+            );
         }
         drop(src_tx);
 
-        let (pleg, pleg_rx) = GenericPleg::new(self.manager.clone(), 8, cfg.runtime_request_timeout);
-        tasks.spawn(pleg.clone().run(stop.child_token()).instrument(info_span!("pleg")));
+        let (pleg, pleg_rx) =
+            GenericPleg::new(self.manager.clone(), 8, cfg.runtime_request_timeout);
+        tasks.spawn(
+            pleg.clone()
+                .run(stop.child_token())
+                .instrument(info_span!("pleg")),
+        );
 
         let status = Arc::new(StatusManager::default());
-        let syncer = Arc::new(RuntimePodSyncer::new(self.manager.clone(), status.clone(), self.runtime_name));
+        let syncer = Arc::new(RuntimePodSyncer::new(
+            self.manager.clone(),
+            status.clone(),
+            self.runtime_name,
+        ));
         let queue = Arc::new(WorkQueue::default());
-        let workers = Arc::new(PodWorkers::new(syncer, queue.clone(), cfg.sync_frequency, stop.child_token()));
+        let workers = Arc::new(PodWorkers::new(
+            syncer,
+            queue.clone(),
+            cfg.sync_frequency,
+            stop.child_token(),
+        ));
         let heartbeat = Arc::new(Heartbeat::default());
         let desired = DesiredPods::default();
         let sync_loop = SyncLoop {
@@ -210,7 +241,11 @@ impl App {
             desired: desired.clone(),
             heartbeat: heartbeat.clone(),
         };
-        let sync_loop = tokio::spawn(sync_loop.run(stop.child_token()).instrument(info_span!("sync_loop")));
+        let sync_loop = tokio::spawn(
+            sync_loop
+                .run(stop.child_token())
+                .instrument(info_span!("sync_loop")),
+        );
 
         let health = Arc::new(Health {
             heartbeat,
@@ -220,7 +255,11 @@ impl App {
             runtime_error: RwLock::new(None),
         });
         let runtime: Arc<dyn RuntimeService> = Arc::new(self.remote.clone());
-        tasks.spawn(healthz::watch_runtime(runtime, health.clone(), stop.child_token()));
+        tasks.spawn(healthz::watch_runtime(
+            runtime,
+            health.clone(),
+            stop.child_token(),
+        ));
         let mut healthz_addr = None;
         if let Some(l) = self.healthz {
             healthz_addr = l.local_addr().ok();

@@ -40,7 +40,9 @@ impl Health {
         let mut out = vec![];
         let age = self.heartbeat.age();
         if age > self.max_loop_stall {
-            out.push(format!("[-]syncloop failed: sync loop took longer than expected ({age:?})"));
+            out.push(format!(
+                "[-]syncloop failed: sync loop took longer than expected ({age:?})"
+            ));
         }
         if let Err(e) = self.pleg.healthy() {
             out.push(format!("[-]pleg failed: {e}"));
@@ -69,17 +71,26 @@ async fn healthz(State(h): State<Arc<Health>>) -> (StatusCode, String) {
 
 /// Serves `/healthz` on `listener` until `stop`.
 pub async fn serve(listener: TcpListener, health: Arc<Health>, stop: CancellationToken) {
-    let app = Router::new().route("/healthz", get(healthz)).with_state(health);
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(health);
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "Serving healthz");
     }
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+    {
         warn!(error = %e, "healthz server stopped");
     }
 }
 
 /// Checks the runtime every [`RUNTIME_CHECK_PERIOD`] until `stop` (upstream `updateRuntimeUp`).
-pub async fn watch_runtime(runtime: Arc<dyn RuntimeService>, health: Arc<Health>, stop: CancellationToken) {
+pub async fn watch_runtime(
+    runtime: Arc<dyn RuntimeService>,
+    health: Arc<Health>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(RUNTIME_CHECK_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

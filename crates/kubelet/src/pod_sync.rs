@@ -22,7 +22,11 @@ pub struct RuntimePodSyncer {
 
 impl RuntimePodSyncer {
     /// `runtime_name` prefixes container IDs in status (`containerd`).
-    pub fn new(runtime: Arc<KubeRuntimeManager>, status: Arc<StatusManager>, runtime_name: String) -> Self {
+    pub fn new(
+        runtime: Arc<KubeRuntimeManager>,
+        status: Arc<StatusManager>,
+        runtime_name: String,
+    ) -> Self {
         Self {
             runtime,
             status,
@@ -73,18 +77,33 @@ impl PodSyncer for RuntimePodSyncer {
 
     async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), String> {
         let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
-        let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
+        let status = self
+            .runtime
+            .get_pod_status(uid, name, ns)
+            .await
+            .map_err(|e| e.to_string())?;
         self.runtime
             .kill_pod(&status, pod::grace_period(p), true)
             .await
             .map_err(|e| e.to_string())?;
         if remove {
-            let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
-            self.runtime.remove_pod(&status).await.map_err(|e| e.to_string())?;
+            let status = self
+                .runtime
+                .get_pod_status(uid, name, ns)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.runtime
+                .remove_pod(&status)
+                .await
+                .map_err(|e| e.to_string())?;
             self.status.remove(uid);
             info!("Pod stopped and removed");
         } else {
-            let status = self.runtime.get_pod_status(uid, name, ns).await.map_err(|e| e.to_string())?;
+            let status = self
+                .runtime
+                .get_pod_status(uid, name, ns)
+                .await
+                .map_err(|e| e.to_string())?;
             self.record(p, &status);
             info!("Pod stopped");
         }

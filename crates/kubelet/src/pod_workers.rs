@@ -70,14 +70,20 @@ pub struct WorkQueue {
 impl WorkQueue {
     /// Puts `uid` on the queue, due after `delay` (replacing an earlier entry).
     pub fn enqueue(&self, uid: &str, delay: Duration) {
-        self.due.lock().insert(uid.to_string(), Instant::now() + delay);
+        self.due
+            .lock()
+            .insert(uid.to_string(), Instant::now() + delay);
     }
 
     /// Takes every UID due by now.
     pub fn take_due(&self) -> Vec<String> {
         let now = Instant::now();
         let mut due = self.due.lock();
-        let ready: Vec<String> = due.iter().filter(|(_, t)| **t <= now).map(|(u, _)| u.clone()).collect();
+        let ready: Vec<String> = due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
         for u in &ready {
             due.remove(u);
         }
@@ -124,7 +130,12 @@ fn jittered(d: Duration) -> Duration {
 
 impl PodWorkers {
     /// Workers that call `syncer`, requeue on `queue` and resync every `resync` (with jitter).
-    pub fn new(syncer: Arc<dyn PodSyncer>, queue: Arc<WorkQueue>, resync: Duration, stop: CancellationToken) -> Self {
+    pub fn new(
+        syncer: Arc<dyn PodSyncer>,
+        queue: Arc<WorkQueue>,
+        resync: Duration,
+        stop: CancellationToken,
+    ) -> Self {
         Self {
             workers: Mutex::new(HashMap::new()),
             syncer,
@@ -141,8 +152,10 @@ impl PodWorkers {
         if let Some(slot) = workers.get(&uid) {
             {
                 let mut pending = slot.pending.lock();
-                let keep_kill = matches!(pending.as_ref().map(|w| &w.kind), Some(WorkKind::Kill { .. }))
-                    && work.kind == WorkKind::Sync;
+                let keep_kill = matches!(
+                    pending.as_ref().map(|w| &w.kind),
+                    Some(WorkKind::Kill { .. })
+                ) && work.kind == WorkKind::Sync;
                 if !keep_kill {
                     *pending = Some(work);
                 }
@@ -160,7 +173,13 @@ impl PodWorkers {
         slot.wake.notify_one();
         let span = info_span!("pod_worker", pod = %pod::describe(&work.pod));
         tokio::spawn(
-            run_worker(slot.clone(), self.syncer.clone(), self.queue.clone(), self.resync).instrument(span),
+            run_worker(
+                slot.clone(),
+                self.syncer.clone(),
+                self.queue.clone(),
+                self.resync,
+            )
+            .instrument(span),
         );
         workers.insert(uid, slot);
     }
@@ -192,7 +211,12 @@ impl PodWorkers {
     }
 }
 
-async fn run_worker(slot: Arc<Slot>, syncer: Arc<dyn PodSyncer>, queue: Arc<WorkQueue>, resync: Duration) {
+async fn run_worker(
+    slot: Arc<Slot>,
+    syncer: Arc<dyn PodSyncer>,
+    queue: Arc<WorkQueue>,
+    resync: Duration,
+) {
     loop {
         tokio::select! {
             biased;
@@ -306,7 +330,12 @@ mod tests {
     async fn updates_coalesce_latest_wins_one_at_a_time() {
         let rec = Arc::new(Recorder::default());
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        let w = PodWorkers::new(
+            rec.clone(),
+            q.clone(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        );
         w.update_pod(sync("v0"));
         tokio::time::sleep(Duration::from_millis(10)).await; // v0 is now being synced
         for i in 1..=50 {
@@ -314,7 +343,10 @@ mod tests {
         }
         settle().await;
         let calls = rec.calls.lock().clone();
-        assert_eq!(calls, vec![("sync".into(), "v0".into()), ("sync".into(), "v50".into())]);
+        assert_eq!(
+            calls,
+            vec![("sync".into(), "v0".into()), ("sync".into(), "v50".into())]
+        );
         assert_eq!(rec.max_in_flight.load(Ordering::SeqCst), 1);
         assert_eq!(q.len(), 1, "requeued for resync");
     }
@@ -323,7 +355,12 @@ mod tests {
     async fn a_pending_kill_is_never_overwritten_by_a_sync() {
         let rec = Arc::new(Recorder::default());
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        let w = PodWorkers::new(
+            rec.clone(),
+            q.clone(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        );
         w.update_pod(sync("v0"));
         tokio::time::sleep(Duration::from_millis(10)).await;
         w.update_pod(PodWork {
@@ -333,7 +370,10 @@ mod tests {
         w.update_pod(sync("v1"));
         settle().await;
         let calls = rec.calls.lock().clone();
-        assert_eq!(calls, vec![("sync".into(), "v0".into()), ("kill".into(), "true".into())]);
+        assert_eq!(
+            calls,
+            vec![("sync".into(), "v0".into()), ("kill".into(), "true".into())]
+        );
         assert!(w.is_removed("u1"));
         assert_eq!(q.len(), 0);
         w.forget("u1");
@@ -345,7 +385,12 @@ mod tests {
         let rec = Arc::new(Recorder::default());
         *rec.fail.lock() = true;
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(rec.clone(), q.clone(), Duration::from_secs(60), CancellationToken::new());
+        let w = PodWorkers::new(
+            rec.clone(),
+            q.clone(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        );
         w.update_pod(sync("v0"));
         settle().await;
         assert!(q.take_due().is_empty());
@@ -357,6 +402,10 @@ mod tests {
         tokio::time::advance(Duration::from_secs(59)).await;
         assert!(q.take_due().is_empty(), "not before the resync interval");
         tokio::time::advance(Duration::from_secs(31)).await;
-        assert_eq!(q.take_due(), vec!["u1".to_string()], "due within interval + 50% jitter");
+        assert_eq!(
+            q.take_due(),
+            vec!["u1".to_string()],
+            "due within interval + 50% jitter"
+        );
     }
 }

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::podconfig::SourcesReady;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
+use crate::podconfig::SourcesReady;
 
 /// Upstream sync tick.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -94,9 +94,15 @@ impl SyncLoop {
         match u.op {
             PodOperation::Add | PodOperation::Update => {
                 for p in u.pods {
-                    let verb = if u.op == PodOperation::Add { "ADD" } else { "UPDATE" };
+                    let verb = if u.op == PodOperation::Add {
+                        "ADD"
+                    } else {
+                        "UPDATE"
+                    };
                     info!(pod = %pod::describe(&p), source = %u.source, "SyncLoop {verb}");
-                    self.desired.write().insert(pod::uid(&p).to_string(), p.clone());
+                    self.desired
+                        .write()
+                        .insert(pod::uid(&p).to_string(), p.clone());
                     let kind = if p.metadata.deletion_timestamp.is_some() {
                         WorkKind::Kill { remove: false }
                     } else {
@@ -108,7 +114,9 @@ impl SyncLoop {
             PodOperation::Delete => {
                 for p in u.pods {
                     info!(pod = %pod::describe(&p), "SyncLoop DELETE");
-                    self.desired.write().insert(pod::uid(&p).to_string(), p.clone());
+                    self.desired
+                        .write()
+                        .insert(pod::uid(&p).to_string(), p.clone());
                     self.dispatch(WorkKind::Kill { remove: false }, p);
                 }
             }
@@ -172,7 +180,10 @@ impl SyncLoop {
         }
         let runtime = self.pleg.runtime_pods();
         for uid in self.workers.uids() {
-            if !desired.contains_key(&uid) && self.workers.is_removed(&uid) && !runtime.contains_key(&uid) {
+            if !desired.contains_key(&uid)
+                && self.workers.is_removed(&uid)
+                && !runtime.contains_key(&uid)
+            {
                 debug!(pod.uid = %uid, "Forgetting pod worker");
                 self.workers.forget(&uid);
             }
@@ -201,4 +212,3 @@ impl SyncLoop {
         }
     }
 }
-

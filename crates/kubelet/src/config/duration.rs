@@ -21,9 +21,13 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         if num_end == 0 {
             return Err(format!("invalid duration {s:?}"));
         }
-        let value: f64 = rest[..num_end].parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let value: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
         rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let mult = match &rest[..unit_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -47,7 +51,10 @@ mod tests {
     fn go_durations() {
         assert_eq!(parse_go_duration("20s"), Ok(Duration::from_secs(20)));
         assert_eq!(parse_go_duration("1m0s"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_go_duration("1h2m3.5s"), Ok(Duration::from_secs_f64(3723.5)));
+        assert_eq!(
+            parse_go_duration("1h2m3.5s"),
+            Ok(Duration::from_secs_f64(3723.5))
+        );
         assert_eq!(parse_go_duration("100ms"), Ok(Duration::from_millis(100)));
         assert_eq!(parse_go_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));

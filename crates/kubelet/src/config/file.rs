@@ -54,22 +54,72 @@ pub struct Logging {
 
 /// Fields kubelet-rs knows from upstream but does not act on yet (no warning for these).
 const KNOWN_UNUSED: &[&str] = &[
-    "address", "port", "readOnlyPort", "authentication", "authorization", "rotateCertificates",
-    "serverTLSBootstrap", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsMinVersion",
-    "evictionHard", "evictionSoft", "evictionPressureTransitionPeriod", "failSwapOn", "memorySwap",
-    "nodeStatusUpdateFrequency", "nodeStatusReportFrequency", "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
-    "volumeStatsAggPeriod", "cpuManagerPolicy", "cpuManagerReconcilePeriod", "memoryManagerPolicy",
-    "topologyManagerPolicy", "topologyManagerScope", "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods", "streamingConnectionIdleTimeout", "enableServer",
-    "enableDebuggingHandlers", "enableProfilingHandler", "enableContentionProfiling",
-    "serializeImagePulls", "kubeAPIQPS", "kubeAPIBurst", "eventRecordQPS", "eventBurst",
-    "registryPullQPS", "registryBurst", "cgroupsPerQOS", "kubeReserved", "systemReserved",
-    "enforceNodeAllocatable", "containerLogMaxSize", "containerLogMaxFiles", "hairpinMode",
-    "podPidsLimit", "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit",
-    "iptablesDropBit", "oomScoreAdj", "podCIDR", "providerID", "registerNode", "kernelMemcgNotification",
-    "configMapAndSecretChangeDetectionStrategy", "systemReservedCgroup", "kubeReservedCgroup",
-    "healthzBindAddress", "seccompDefault", "localStorageCapacityIsolation", "containerRuntimeEndpoint",
+    "address",
+    "port",
+    "readOnlyPort",
+    "authentication",
+    "authorization",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "evictionHard",
+    "evictionSoft",
+    "evictionPressureTransitionPeriod",
+    "failSwapOn",
+    "memorySwap",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "cpuManagerPolicy",
+    "cpuManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "streamingConnectionIdleTimeout",
+    "enableServer",
+    "enableDebuggingHandlers",
+    "enableProfilingHandler",
+    "enableContentionProfiling",
+    "serializeImagePulls",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "eventRecordQPS",
+    "eventBurst",
+    "registryPullQPS",
+    "registryBurst",
+    "cgroupsPerQOS",
+    "kubeReserved",
+    "systemReserved",
+    "enforceNodeAllocatable",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "hairpinMode",
+    "podPidsLimit",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "oomScoreAdj",
+    "podCIDR",
+    "providerID",
+    "registerNode",
+    "kernelMemcgNotification",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "healthzBindAddress",
+    "seccompDefault",
+    "localStorageCapacityIsolation",
+    "containerRuntimeEndpoint",
 ];
 
 /// Errors reading the config file.
@@ -99,7 +149,10 @@ impl KubeletConfiguration {
     /// names of fields it ignored.
     pub fn load(path: &Path) -> Result<(Self, Vec<String>), FileError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+            path: p.clone(),
+            source,
+        })?;
         Self::parse(&text).map_err(|message| FileError::Decode { path: p, message })
     }
 
@@ -108,7 +161,11 @@ impl KubeletConfiguration {
         let cfg: Self = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
         match cfg.kind.as_deref() {
             Some("KubeletConfiguration") => {}
-            other => return Err(format!("kind: expected \"KubeletConfiguration\", got {other:?}")),
+            other => {
+                return Err(format!(
+                    "kind: expected \"KubeletConfiguration\", got {other:?}"
+                ));
+            }
         }
         match cfg.api_version.as_deref() {
             Some("kubelet.config.k8s.io/v1beta1" | "kubelet.config.k8s.io/v1") => {}

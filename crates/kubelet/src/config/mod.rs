@@ -112,7 +112,11 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(field: &'static str, value: impl Into<String>, allowed: impl Into<String>) -> ConfigError {
+fn invalid(
+    field: &'static str,
+    value: impl Into<String>,
+    allowed: impl Into<String>,
+) -> ConfigError {
     ConfigError::Invalid {
         field,
         value: value.into(),
@@ -136,8 +140,16 @@ fn duration_field(
     default: Duration,
 ) -> Result<Duration, ConfigError> {
     let from_flag = flag.is_some();
-    let Some(text) = flag.or(file) else { return Ok(default) };
-    let d = parse_go_duration(&text).map_err(|e| invalid(field, &text, format!("a Go duration such as 20s or 1m0s ({e})")))?;
+    let Some(text) = flag.or(file) else {
+        return Ok(default);
+    };
+    let d = parse_go_duration(&text).map_err(|e| {
+        invalid(
+            field,
+            &text,
+            format!("a Go duration such as 20s or 1m0s ({e})"),
+        )
+    })?;
     if d.is_zero() {
         if from_flag {
             return Err(invalid(field, text, "a duration greater than 0"));
@@ -170,7 +182,11 @@ fn parse_taint(field: &'static str, s: &str) -> Result<Taint, ConfigError> {
         return Err(invalid(field, s, "a non-empty taint key"));
     }
     if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
-        return Err(invalid(field, s, "effect NoSchedule, PreferNoSchedule or NoExecute"));
+        return Err(invalid(
+            field,
+            s,
+            "effect NoSchedule, PreferNoSchedule or NoExecute",
+        ));
     }
     Ok(Taint {
         key: key.into(),
@@ -182,9 +198,13 @@ fn parse_taint(field: &'static str, s: &str) -> Result<Taint, ConfigError> {
 fn parse_gates(s: &str) -> Result<BTreeMap<String, bool>, ConfigError> {
     let mut out = BTreeMap::new();
     for (k, v) in parse_kv_list("--feature-gates", s)? {
-        let b = v
-            .parse::<bool>()
-            .map_err(|_| invalid("--feature-gates", format!("{k}={v}"), "Name=true or Name=false"))?;
+        let b = v.parse::<bool>().map_err(|_| {
+            invalid(
+                "--feature-gates",
+                format!("{k}={v}"),
+                "Name=true or Name=false",
+            )
+        })?;
         out.insert(k, b);
     }
     Ok(out)
@@ -192,10 +212,19 @@ fn parse_gates(s: &str) -> Result<BTreeMap<String, bool>, ConfigError> {
 
 fn parse_headers(items: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
     let mut out = vec![];
-    for item in items.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
-        let (k, v) = item
-            .split_once(':')
-            .ok_or_else(|| invalid("--manifest-url-header", item, "key:value, repeated or separated by commas"))?;
+    for item in items
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (k, v) = item.split_once(':').ok_or_else(|| {
+            invalid(
+                "--manifest-url-header",
+                item,
+                "key:value, repeated or separated by commas",
+            )
+        })?;
         out.push((k.trim().to_string(), v.trim().to_string()));
     }
     Ok(out)
@@ -204,7 +233,11 @@ fn parse_headers(items: &[String]) -> Result<Vec<(String, String)>, ConfigError>
 impl KubeletConfig {
     /// Resolves flags and an optional config file against the defaults.
     /// `hostname` is the machine's hostname (the default node name).
-    pub fn resolve(flags: &Flags, file: Option<&KubeletConfiguration>, hostname: &str) -> Result<Self, ConfigError> {
+    pub fn resolve(
+        flags: &Flags,
+        file: Option<&KubeletConfiguration>,
+        hostname: &str,
+    ) -> Result<Self, ConfigError> {
         let empty = KubeletConfiguration::default();
         let f = file.unwrap_or(&empty);
         let node_name = nonempty(flags.hostname_override.clone())
@@ -212,12 +245,26 @@ impl KubeletConfig {
             .trim()
             .to_lowercase();
         if node_name.is_empty() {
-            return Err(invalid("--hostname-override", "", "a node name (the hostname is empty)"));
+            return Err(invalid(
+                "--hostname-override",
+                "",
+                "a node name (the hostname is empty)",
+            ));
         }
-        let root_dir = flags.root_dir.clone().unwrap_or_else(|| PathBuf::from("/var/lib/kubelet"));
-        let cert_dir = flags.cert_dir.clone().unwrap_or_else(|| root_dir.join("pki"));
+        let root_dir = flags
+            .root_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet"));
+        let cert_dir = flags
+            .cert_dir
+            .clone()
+            .unwrap_or_else(|| root_dir.join("pki"));
 
-        let healthz_port = pick(flags.healthz_port, f.healthz_port.filter(|p| *p != 0), 10248);
+        let healthz_port = pick(
+            flags.healthz_port,
+            f.healthz_port.filter(|p| *p != 0),
+            10248,
+        );
         let healthz_port = u16::try_from(healthz_port)
             .map_err(|_| invalid("healthzPort", healthz_port.to_string(), "0 to 65535"))?;
         let healthz_addr = pick(
@@ -230,15 +277,29 @@ impl KubeletConfig {
             .map_err(|_| invalid("healthzBindAddress", &healthz_addr, "an IP address"))?;
 
         let max_pods = pick(flags.max_pods, f.max_pods.filter(|m| *m != 0), 110);
-        let max_pods = u32::try_from(max_pods).map_err(|_| invalid("maxPods", max_pods.to_string(), "a number >= 0"))?;
+        let max_pods = u32::try_from(max_pods)
+            .map_err(|_| invalid("maxPods", max_pods.to_string(), "a number >= 0"))?;
 
-        let cgroup_driver = pick(flags.cgroup_driver.clone(), nonempty(f.cgroup_driver.clone()), "cgroupfs".into());
+        let cgroup_driver = pick(
+            flags.cgroup_driver.clone(),
+            nonempty(f.cgroup_driver.clone()),
+            "cgroupfs".into(),
+        );
         if !matches!(cgroup_driver.as_str(), "cgroupfs" | "systemd") {
-            return Err(invalid("cgroupDriver", cgroup_driver, "cgroupfs or systemd"));
+            return Err(invalid(
+                "cgroupDriver",
+                cgroup_driver,
+                "cgroupfs or systemd",
+            ));
         }
 
         let cluster_dns = match &flags.cluster_dns {
-            Some(s) => s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            Some(s) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
             None => f.cluster_dns.clone().unwrap_or_default(),
         };
         for ip in &cluster_dns {
@@ -251,7 +312,10 @@ impl KubeletConfig {
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(|ip| ip.parse().map_err(|_| invalid("--node-ip", ip, "IP addresses separated by commas")))
+                .map(|ip| {
+                    ip.parse()
+                        .map_err(|_| invalid("--node-ip", ip, "IP addresses separated by commas"))
+                })
                 .collect::<Result<Vec<IpAddr>, _>>()?,
             None => vec![],
         };
@@ -304,7 +368,11 @@ impl KubeletConfig {
             return Err(invalid("staticPodURL", u, "an http:// or https:// URL"));
         }
 
-        let verbosity = pick(flags.verbosity, f.logging.as_ref().and_then(|l| l.verbosity), 0);
+        let verbosity = pick(
+            flags.verbosity,
+            f.logging.as_ref().and_then(|l| l.verbosity),
+            0,
+        );
         if verbosity > 10 {
             return Err(invalid("--v", verbosity.to_string(), "0 to 10"));
         }
@@ -335,7 +403,12 @@ impl KubeletConfig {
             ),
             static_pod_url,
             static_pod_url_header,
-            sync_frequency: duration_field("syncFrequency", flags.sync_frequency.clone(), f.sync_frequency.clone(), Duration::from_secs(60))?,
+            sync_frequency: duration_field(
+                "syncFrequency",
+                flags.sync_frequency.clone(),
+                f.sync_frequency.clone(),
+                Duration::from_secs(60),
+            )?,
             file_check_frequency: duration_field(
                 "fileCheckFrequency",
                 flags.file_check_frequency.clone(),
@@ -351,11 +424,27 @@ impl KubeletConfig {
             healthz_bind_address,
             healthz_port,
             cluster_dns,
-            cluster_domain: pick(flags.cluster_domain.clone(), f.cluster_domain.clone(), String::new()),
-            resolv_conf: pick(flags.resolv_conf.clone(), nonempty(f.resolv_conf.clone()), "/etc/resolv.conf".into()),
+            cluster_domain: pick(
+                flags.cluster_domain.clone(),
+                f.cluster_domain.clone(),
+                String::new(),
+            ),
+            resolv_conf: pick(
+                flags.resolv_conf.clone(),
+                nonempty(f.resolv_conf.clone()),
+                "/etc/resolv.conf".into(),
+            ),
             cgroup_driver,
-            cgroup_root: pick(flags.cgroup_root.clone(), nonempty(f.cgroup_root.clone()), "/".into()),
-            pod_logs_dir: PathBuf::from(pick(None, nonempty(f.pod_logs_dir.clone()), "/var/log/pods".into())),
+            cgroup_root: pick(
+                flags.cgroup_root.clone(),
+                nonempty(f.cgroup_root.clone()),
+                "/".into(),
+            ),
+            pod_logs_dir: PathBuf::from(pick(
+                None,
+                nonempty(f.pod_logs_dir.clone()),
+                "/var/log/pods".into(),
+            )),
             max_pods,
             node_ips,
             node_labels,
@@ -365,10 +454,19 @@ impl KubeletConfig {
             feature_gates,
             verbosity,
         };
-        cri::endpoint_path(&cfg.container_runtime_endpoint)
-            .map_err(|e| invalid("containerRuntimeEndpoint", &cfg.container_runtime_endpoint, e.to_string()))?;
+        cri::endpoint_path(&cfg.container_runtime_endpoint).map_err(|e| {
+            invalid(
+                "containerRuntimeEndpoint",
+                &cfg.container_runtime_endpoint,
+                e.to_string(),
+            )
+        })?;
         if !cfg.pod_logs_dir.is_absolute() {
-            return Err(invalid("podLogsDir", cfg.pod_logs_dir.display().to_string(), "an absolute path"));
+            return Err(invalid(
+                "podLogsDir",
+                cfg.pod_logs_dir.display().to_string(),
+                "an absolute path",
+            ));
         }
         Ok(cfg)
     }
@@ -420,7 +518,10 @@ volumeStatsAggPeriod: 0s
         assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(c.cgroup_driver, "systemd");
         assert_eq!(c.cluster_dns, vec!["10.96.0.10"]);
-        assert_eq!(c.static_pod_path, Some(PathBuf::from("/etc/kubernetes/manifests")));
+        assert_eq!(
+            c.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
         assert_eq!(c.healthz_port, 10248);
         assert_eq!(c.max_pods, 110);
         assert_eq!(c.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
@@ -476,7 +577,12 @@ volumeStatsAggPeriod: 0s
         let c = KubeletConfig::resolve(&f, None, "h").expect("resolve");
         assert_eq!(c.register_with_taints.len(), 2);
         assert_eq!(c.register_with_taints[1].value, "infra");
-        assert_eq!(c.node_labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("z1"));
+        assert_eq!(
+            c.node_labels
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str),
+            Some("z1")
+        );
         assert_eq!(c.static_pod_url_header.len(), 3);
         assert_eq!(deprecated_in_use(&f).len(), 3);
     }
@@ -487,10 +593,16 @@ volumeStatsAggPeriod: 0s
             (&["--cgroup-driver=foo"], "cgroupDriver"),
             (&["--sync-frequency=soon"], "syncFrequency"),
             (&["--sync-frequency=0s"], "syncFrequency"),
-            (&["--register-with-taints=a=b:Sometimes"], "--register-with-taints"),
+            (
+                &["--register-with-taints=a=b:Sometimes"],
+                "--register-with-taints",
+            ),
             (&["--node-ip=not-an-ip"], "--node-ip"),
             (&["--feature-gates=A=yes"], "--feature-gates"),
-            (&["--container-runtime-endpoint=tcp://1.2.3.4:1"], "containerRuntimeEndpoint"),
+            (
+                &["--container-runtime-endpoint=tcp://1.2.3.4:1"],
+                "containerRuntimeEndpoint",
+            ),
             (&["--healthz-port=70000"], "healthzPort"),
             (&["--manifest-url=ftp://x"], "staticPodURL"),
         ];
@@ -513,6 +625,9 @@ volumeStatsAggPeriod: 0s
         let json = r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":30,"syncFrequency":"10s"}"#;
         let (f, _) = KubeletConfiguration::parse(json).expect("json");
         let c = KubeletConfig::resolve(&Flags::default(), Some(&f), "h").expect("resolve");
-        assert_eq!((c.max_pods, c.sync_frequency), (30, Duration::from_secs(10)));
+        assert_eq!(
+            (c.max_pods, c.sync_frequency),
+            (30, Duration::from_secs(10))
+        );
     }
 }

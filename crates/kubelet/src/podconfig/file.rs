@@ -66,7 +66,10 @@ impl FileSource {
                 vec![]
             }
             Err(e) => {
-                errors.insert(self.path.clone(), format!("cannot read static pod path: {e}"));
+                errors.insert(
+                    self.path.clone(),
+                    format!("cannot read static pod path: {e}"),
+                );
                 vec![]
             }
             Ok(m) if m.is_dir() => match std::fs::read_dir(&self.path) {
@@ -79,7 +82,10 @@ impl FileSource {
                     v
                 }
                 Err(e) => {
-                    errors.insert(self.path.clone(), format!("cannot list static pod directory: {e}"));
+                    errors.insert(
+                        self.path.clone(),
+                        format!("cannot list static pod directory: {e}"),
+                    );
                     vec![]
                 }
             },
@@ -90,7 +96,8 @@ impl FileSource {
             let res = std::fs::read_to_string(&f)
                 .map_err(|e| format!("cannot read file: {e}"))
                 .and_then(|text| {
-                    parse_pod_document(&text, Source::File, &origin, &self.node_name).map_err(|e| e.0)
+                    parse_pod_document(&text, Source::File, &origin, &self.node_name)
+                        .map_err(|e| e.0)
                 });
             match res {
                 Ok(p) => pods.push(p),
@@ -122,14 +129,20 @@ impl FileSource {
         let watch_dir = if self.path.is_dir() {
             self.path.clone()
         } else {
-            self.path.parent().map(Path::to_path_buf).unwrap_or_else(|| self.path.clone())
+            self.path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| self.path.clone())
         };
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             if res.is_ok() {
                 n.notify_one();
             }
         })
-        .and_then(|mut w| w.watch(&watch_dir, notify::RecursiveMode::NonRecursive).map(|()| w));
+        .and_then(|mut w| {
+            w.watch(&watch_dir, notify::RecursiveMode::NonRecursive)
+                .map(|()| w)
+        });
         let _watcher = match watcher {
             Ok(w) => Some(w),
             Err(e) => {
@@ -141,7 +154,14 @@ impl FileSource {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let pods = self.read_pods();
-            if tx.send(SourceUpdate { source: Source::File, pods }).await.is_err() {
+            if tx
+                .send(SourceUpdate {
+                    source: Source::File,
+                    pods,
+                })
+                .await
+                .is_err()
+            {
                 return;
             }
             tokio::select! {
@@ -149,7 +169,7 @@ impl FileSource {
                 () = stop.cancelled() => return,
                 () = changed.notified() => {
                     // Editors write in several steps; let them finish.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 _ = tick.tick() => {}
             }
@@ -170,10 +190,21 @@ mod tests {
         std::fs::write(dir.path().join("b.json"), r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"},"spec":{"containers":[{"name":"c","image":"i:1"}]}}"#).expect("write");
         std::fs::write(dir.path().join(".hidden.yaml"), POD.replace("NAME", "h")).expect("write");
         std::fs::write(dir.path().join("notes.txt"), "hello").expect("write");
-        std::fs::write(dir.path().join("broken.yaml"), "apiVersion: v1\nkind: Pod\nspec: [").expect("write");
-        let src = FileSource::new(dir.path().to_path_buf(), "n".into(), Duration::from_secs(20));
+        std::fs::write(
+            dir.path().join("broken.yaml"),
+            "apiVersion: v1\nkind: Pod\nspec: [",
+        )
+        .expect("write");
+        let src = FileSource::new(
+            dir.path().to_path_buf(),
+            "n".into(),
+            Duration::from_secs(20),
+        );
         let pods = src.read_pods();
-        let mut names: Vec<_> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        let mut names: Vec<_> = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
         names.sort();
         assert_eq!(names, vec!["a-n", "b-n"]);
         let errors = src.errors().lock().clone();
@@ -189,7 +220,11 @@ mod tests {
 
     #[test]
     fn missing_path_is_an_empty_snapshot() {
-        let src = FileSource::new("/nonexistent/kubelet-rs".into(), "n".into(), Duration::from_secs(20));
+        let src = FileSource::new(
+            "/nonexistent/kubelet-rs".into(),
+            "n".into(),
+            Duration::from_secs(20),
+        );
         assert!(src.read_pods().is_empty());
         assert!(src.errors().lock().is_empty());
     }
@@ -197,7 +232,11 @@ mod tests {
     #[tokio::test]
     async fn inotify_picks_up_new_files_quickly() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let src = FileSource::new(dir.path().to_path_buf(), "n".into(), Duration::from_secs(3600));
+        let src = FileSource::new(
+            dir.path().to_path_buf(),
+            "n".into(),
+            Duration::from_secs(3600),
+        );
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         let stop = CancellationToken::new();
         tokio::spawn(src.run(tx, stop.clone()));

@@ -43,7 +43,12 @@ pub enum Fetch {
 
 impl HttpSource {
     /// A source polling `url` every `period`.
-    pub fn new(url: String, headers: Vec<(String, String)>, node_name: String, period: Duration) -> Result<Self, String> {
+    pub fn new(
+        url: String,
+        headers: Vec<(String, String)>,
+        node_name: String,
+        period: Duration,
+    ) -> Result<Self, String> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
             .map_err(|e| format!("TLS setup for the manifest URL failed: {e}"))?
@@ -75,13 +80,22 @@ impl HttpSource {
             Err(_) => return Fetch::Failed(format!("no answer within {FETCH_TIMEOUT:?}")),
         };
         let status = resp.status();
-        let body = match tokio::time::timeout(FETCH_TIMEOUT, Limited::new(resp.into_body(), MAX_BODY).collect()).await {
+        let body = match tokio::time::timeout(
+            FETCH_TIMEOUT,
+            Limited::new(resp.into_body(), MAX_BODY).collect(),
+        )
+        .await
+        {
             Ok(Ok(b)) => b.to_bytes(),
             Ok(Err(e)) => return Fetch::Failed(format!("reading body failed: {e}")),
             Err(_) => return Fetch::Failed("body not received in time".into()),
         };
         if !status.is_success() {
-            return Fetch::Failed(format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")));
+            return Fetch::Failed(format!(
+                "{} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            ));
         }
         if body.is_empty() {
             return Fetch::Pods(vec![]);
@@ -113,7 +127,14 @@ impl HttpSource {
                         info!(url = %self.url, "Manifest URL is readable again");
                         failing = false;
                     }
-                    if tx.send(SourceUpdate { source: Source::Http, pods }).await.is_err() {
+                    if tx
+                        .send(SourceUpdate {
+                            source: Source::Http,
+                            pods,
+                        })
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }

@@ -15,19 +15,34 @@ const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
 
 fn decode(text: &str) -> Result<serde_json::Value, ManifestError> {
     if text.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError(format!("manifest is larger than {MAX_MANIFEST_BYTES} bytes")));
+        return Err(ManifestError(format!(
+            "manifest is larger than {MAX_MANIFEST_BYTES} bytes"
+        )));
     }
-    serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| ManifestError(format!("invalid YAML/JSON: {e}")))
+    serde_saphyr::from_str::<serde_json::Value>(text)
+        .map_err(|e| ManifestError(format!("invalid YAML/JSON: {e}")))
 }
 
-fn to_pod(v: serde_json::Value, source: Source, origin: &str, node: &str) -> Result<Pod, ManifestError> {
-    let mut pod: Pod = serde_json::from_value(v).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
-    apply_static_defaults(&mut pod, source, origin, node).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+fn to_pod(
+    v: serde_json::Value,
+    source: Source,
+    origin: &str,
+    node: &str,
+) -> Result<Pod, ManifestError> {
+    let mut pod: Pod =
+        serde_json::from_value(v).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+    apply_static_defaults(&mut pod, source, origin, node)
+        .map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
     Ok(pod)
 }
 
 /// One pod from a manifest file; `kind: Pod` is required.
-pub fn parse_pod_document(text: &str, source: Source, origin: &str, node: &str) -> Result<Pod, ManifestError> {
+pub fn parse_pod_document(
+    text: &str,
+    source: Source,
+    origin: &str,
+    node: &str,
+) -> Result<Pod, ManifestError> {
     let v = decode(text)?;
     match v.get("kind").and_then(|k| k.as_str()) {
         Some("Pod") => to_pod(v, source, origin, node),
@@ -37,19 +52,33 @@ pub fn parse_pod_document(text: &str, source: Source, origin: &str, node: &str) 
 }
 
 /// A single Pod or a PodList (HTTP source). Any invalid pod refuses the whole document.
-pub fn parse_pods_document(text: &str, source: Source, origin: &str, node: &str) -> Result<Vec<Pod>, ManifestError> {
+pub fn parse_pods_document(
+    text: &str,
+    source: Source,
+    origin: &str,
+    node: &str,
+) -> Result<Vec<Pod>, ManifestError> {
     let v = decode(text)?;
     match v.get("kind").and_then(|k| k.as_str()) {
         Some("Pod") => Ok(vec![to_pod(v, source, origin, node)?]),
         Some("PodList") => {
-            let items = v.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default();
+            let items = v
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default();
             items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| to_pod(item, source, origin, node).map_err(|e| ManifestError(format!("items[{i}]: {e}"))))
+                .map(|(i, item)| {
+                    to_pod(item, source, origin, node)
+                        .map_err(|e| ManifestError(format!("items[{i}]: {e}")))
+                })
                 .collect()
         }
-        Some(other) => Err(ManifestError(format!("kind {other:?} is neither \"Pod\" nor \"PodList\""))),
+        Some(other) => Err(ManifestError(format!(
+            "kind {other:?} is neither \"Pod\" nor \"PodList\""
+        ))),
         None => Err(ManifestError("Object 'Kind' is missing".into())),
     }
 }
@@ -76,13 +105,24 @@ mod tests {
     fn bad_manifests_say_why() {
         let e = parse_pod_document("kind: Pod\nspec: [", Source::File, "f", "n").expect_err("yaml");
         assert!(e.0.contains("invalid YAML"), "{e}");
-        let e = parse_pod_document("apiVersion: v1\nkind: Service\n", Source::File, "f", "n").expect_err("kind");
+        let e = parse_pod_document("apiVersion: v1\nkind: Service\n", Source::File, "f", "n")
+            .expect_err("kind");
         assert!(e.0.contains("Service"), "{e}");
-        let e = parse_pod_document("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n", Source::File, "f", "n")
-            .expect_err("no containers");
+        let e = parse_pod_document(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n",
+            Source::File,
+            "f",
+            "n",
+        )
+        .expect_err("no containers");
         assert!(e.0.contains("spec.containers"), "{e}");
-        let e = parse_pod_document("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: 5}\n", Source::File, "f", "n")
-            .expect_err("wrong type");
+        let e = parse_pod_document(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: 5}\n",
+            Source::File,
+            "f",
+            "n",
+        )
+        .expect_err("wrong type");
         assert!(e.0.contains("invalid pod"), "{e}");
     }
 }

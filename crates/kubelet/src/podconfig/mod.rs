@@ -69,7 +69,12 @@ pub type SourceSender = mpsc::Sender<SourceUpdate>;
 pub fn spawn_merger(
     expected: &[Source],
     stop: CancellationToken,
-) -> (SourceSender, mpsc::Receiver<PodUpdate>, Arc<SourcesReady>, Arc<Mutex<PodStorage>>) {
+) -> (
+    SourceSender,
+    mpsc::Receiver<PodUpdate>,
+    Arc<SourcesReady>,
+    Arc<Mutex<PodStorage>>,
+) {
     let (src_tx, mut src_rx) = mpsc::channel::<SourceUpdate>(64);
     let (out_tx, out_rx) = mpsc::channel::<PodUpdate>(64);
     let ready = Arc::new(SourcesReady::new(expected.iter().copied()));

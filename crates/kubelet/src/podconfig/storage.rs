@@ -27,7 +27,10 @@ fn differ_semantically(a: &Pod, b: &Pod) -> bool {
 impl PodStorage {
     /// Every pod of every source.
     pub fn all_pods(&self) -> Vec<Arc<Pod>> {
-        self.pods.values().flat_map(|m| m.values().cloned()).collect()
+        self.pods
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
     }
 
     /// Merges a source's complete snapshot and returns the resulting updates,
@@ -52,13 +55,19 @@ impl PodStorage {
             ann.insert(labels::CONFIG_SOURCE.into(), source.as_str().into());
             match old.get(&uid) {
                 None => {
-                    ann.entry(labels::CONFIG_SEEN.into()).or_insert_with(|| now.to_string());
+                    ann.entry(labels::CONFIG_SEEN.into())
+                        .or_insert_with(|| now.to_string());
                     let p = Arc::new(p);
                     adds.push(p.clone());
                     new.insert(uid, p);
                 }
                 Some(existing) => {
-                    if let Some(seen) = existing.metadata.annotations.as_ref().and_then(|a| a.get(labels::CONFIG_SEEN)) {
+                    if let Some(seen) = existing
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(labels::CONFIG_SEEN))
+                    {
                         ann.insert(labels::CONFIG_SEEN.into(), seen.clone());
                     }
                     if !differ_semantically(existing, &p) {
@@ -118,7 +127,8 @@ mod tests {
     fn ops(u: &[PodUpdate]) -> Vec<(PodOperation, Vec<String>)> {
         u.iter()
             .map(|u| {
-                let mut names: Vec<String> = u.pods.iter().map(|p| pod::name(p).to_string()).collect();
+                let mut names: Vec<String> =
+                    u.pods.iter().map(|p| pod::name(p).to_string()).collect();
                 names.sort();
                 (u.op, names)
             })
@@ -128,18 +138,44 @@ mod tests {
     #[test]
     fn add_update_reconcile_delete_remove() {
         let mut s = PodStorage::default();
-        let u = s.merge(Source::File, vec![p("a", "1", "i:1"), p("b", "2", "i:1")], "t0");
-        assert_eq!(ops(&u), vec![(PodOperation::Add, vec!["a".into(), "b".into()])]);
-        let seen = u[0].pods[0].metadata.annotations.as_ref().and_then(|a| a.get(labels::CONFIG_SEEN).cloned());
+        let u = s.merge(
+            Source::File,
+            vec![p("a", "1", "i:1"), p("b", "2", "i:1")],
+            "t0",
+        );
+        assert_eq!(
+            ops(&u),
+            vec![(PodOperation::Add, vec!["a".into(), "b".into()])]
+        );
+        let seen = u[0].pods[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::CONFIG_SEEN).cloned());
         assert_eq!(seen.as_deref(), Some("t0"));
 
         // Same snapshot again: nothing.
-        assert!(s.merge(Source::File, vec![p("a", "1", "i:1"), p("b", "2", "i:1")], "t1").is_empty());
+        assert!(
+            s.merge(
+                Source::File,
+                vec![p("a", "1", "i:1"), p("b", "2", "i:1")],
+                "t1"
+            )
+            .is_empty()
+        );
 
         // Spec change: UPDATE, first-seen time kept.
-        let u = s.merge(Source::File, vec![p("a", "1", "i:2"), p("b", "2", "i:1")], "t2");
+        let u = s.merge(
+            Source::File,
+            vec![p("a", "1", "i:2"), p("b", "2", "i:1")],
+            "t2",
+        );
         assert_eq!(ops(&u), vec![(PodOperation::Update, vec!["a".into()])]);
-        let seen = u[0].pods[0].metadata.annotations.as_ref().and_then(|a| a.get(labels::CONFIG_SEEN).cloned());
+        let seen = u[0].pods[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::CONFIG_SEEN).cloned());
         assert_eq!(seen.as_deref(), Some("t0"));
 
         // Status-only change: RECONCILE.
@@ -163,7 +199,10 @@ mod tests {
         let u = s.merge(Source::File, vec![b, p("c", "3", "i:1")], "t5");
         assert_eq!(
             ops(&u),
-            vec![(PodOperation::Remove, vec!["a".into()]), (PodOperation::Add, vec!["c".into()])]
+            vec![
+                (PodOperation::Remove, vec!["a".into()]),
+                (PodOperation::Add, vec!["c".into()])
+            ]
         );
     }
 
@@ -176,29 +215,46 @@ mod tests {
         assert_eq!(ops(&u), vec![(PodOperation::Remove, vec!["h".into()])]);
         assert_eq!(s.all_pods().len(), 1);
         assert_eq!(u[0].source, Source::Http);
-        let src = s.all_pods()[0].metadata.annotations.as_ref().and_then(|a| a.get(labels::CONFIG_SOURCE).cloned());
+        let src = s.all_pods()[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::CONFIG_SOURCE).cloned());
         assert_eq!(src.as_deref(), Some("file"));
     }
 
     #[test]
     fn duplicates_in_a_source_are_ignored() {
         let mut s = PodStorage::default();
-        let u = s.merge(Source::File, vec![p("a", "1", "i:1"), p("a", "2", "i:1")], "t");
+        let u = s.merge(
+            Source::File,
+            vec![p("a", "1", "i:1"), p("a", "2", "i:1")],
+            "t",
+        );
         assert_eq!(ops(&u), vec![(PodOperation::Add, vec!["a".into()])]);
     }
 
     #[tokio::test]
     async fn merger_task_marks_sources_seen() {
         let stop = tokio_util::sync::CancellationToken::new();
-        let (tx, mut rx, ready, _) = super::super::spawn_merger(&[Source::File, Source::Http], stop.clone());
+        let (tx, mut rx, ready, _) =
+            super::super::spawn_merger(&[Source::File, Source::Http], stop.clone());
         assert!(!ready.all_ready());
-        tx.send(super::super::SourceUpdate { source: Source::File, pods: vec![p("a", "1", "i:1")] })
-            .await
-            .expect("send");
+        tx.send(super::super::SourceUpdate {
+            source: Source::File,
+            pods: vec![p("a", "1", "i:1")],
+        })
+        .await
+        .expect("send");
         let u = rx.recv().await.expect("update");
         assert_eq!(u.op, PodOperation::Add);
         assert!(!ready.all_ready(), "http not seen yet");
-        tx.send(super::super::SourceUpdate { source: Source::Http, pods: vec![] }).await.expect("send");
+        tx.send(super::super::SourceUpdate {
+            source: Source::Http,
+            pods: vec![],
+        })
+        .await
+        .expect("send");
         for _ in 0..50 {
             if ready.all_ready() {
                 break;

@@ -4,8 +4,8 @@
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_runtime::pod_status::{self as rt, ContainerState as RtState};
@@ -98,7 +98,8 @@ fn container_status(
             out.started = Some(false);
         }
         RtState::Created | RtState::Unknown => {
-            let (reason, message) = waiting(&c.name).unwrap_or(("ContainerCreating", String::new()));
+            let (reason, message) =
+                waiting(&c.name).unwrap_or(("ContainerCreating", String::new()));
             out.state = Some(ContainerState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some(reason.to_string()),
@@ -148,7 +149,11 @@ fn phase(p: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static
                 succeeded += 1;
             }
         } else if st.and_then(|s| s.waiting.as_ref()).is_some() {
-            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some()
+            {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -190,7 +195,12 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, now: &Option<Time>) ->
 /// The API status of `p` for runtime state `status`. `runtime` names the runtime
 /// for container IDs (`containerd://…`); `waiting` gives the reason of a container
 /// that failed to start.
-pub fn generate_api_pod_status(p: &Pod, status: &rt::PodStatus, waiting: Waiting<'_>, runtime: &str) -> PodStatus {
+pub fn generate_api_pod_status(
+    p: &Pod,
+    status: &rt::PodStatus,
+    waiting: Waiting<'_>,
+    runtime: &str,
+) -> PodStatus {
     let init: Vec<ContainerStatus> = pod::init_containers(p)
         .iter()
         .map(|c| container_status(c, status, waiting, runtime, "PodInitializing"))
@@ -198,7 +208,12 @@ pub fn generate_api_pod_status(p: &Pod, status: &rt::PodStatus, waiting: Waiting
     let app: Vec<ContainerStatus> = pod::containers(p)
         .iter()
         .map(|c| {
-            let reason = if init.iter().all(|s| s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)) {
+            let reason = if init.iter().all(|s| {
+                s.state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            }) {
                 "ContainerCreating"
             } else {
                 "PodInitializing"
@@ -208,14 +223,26 @@ pub fn generate_api_pod_status(p: &Pod, status: &rt::PodStatus, waiting: Waiting
         .collect();
     let phase = phase(p, &init, &app);
     let now = time(SystemTime::now());
-    let initialized = init
-        .iter()
-        .all(|s| s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0));
+    let initialized = init.iter().all(|s| {
+        s.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
     let ready = !app.is_empty() && app.iter().all(|s| s.ready);
     let terminal = matches!(phase, "Succeeded" | "Failed");
-    let not_ready_reason = if terminal { "PodCompleted" } else { "ContainersNotReady" };
+    let not_ready_reason = if terminal {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
     let conditions = vec![
-        condition("Initialized", initialized || terminal, Some("ContainersNotInitialized"), &now),
+        condition(
+            "Initialized",
+            initialized || terminal,
+            Some("ContainersNotInitialized"),
+            &now,
+        ),
         condition("Ready", ready, Some(not_ready_reason), &now),
         condition("ContainersReady", ready, Some(not_ready_reason), &now),
         condition("PodScheduled", true, None, &now),
@@ -224,7 +251,13 @@ pub fn generate_api_pod_status(p: &Pod, status: &rt::PodStatus, waiting: Waiting
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
         pod_ip: status.ips.first().cloned(),
-        pod_ips: (!status.ips.is_empty()).then(|| status.ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        pod_ips: (!status.ips.is_empty()).then(|| {
+            status
+                .ips
+                .iter()
+                .map(|ip| PodIP { ip: ip.clone() })
+                .collect()
+        }),
         start_time: now,
         qos_class: Some(kubelet_runtime::sandbox_qos_class(p).to_string()),
         init_container_statuses: (!init.is_empty()).then_some(init),
@@ -254,7 +287,8 @@ mod tests {
             state,
             created_at: UNIX_EPOCH + Duration::from_secs(created),
             started_at: Some(UNIX_EPOCH + Duration::from_secs(created)),
-            finished_at: (state == RtState::Exited).then(|| UNIX_EPOCH + Duration::from_secs(created + 1)),
+            finished_at: (state == RtState::Exited)
+                .then(|| UNIX_EPOCH + Duration::from_secs(created + 1)),
             exit_code: exit,
             image: "img:1".into(),
             image_ref: "sha256:x".into(),
@@ -277,13 +311,23 @@ mod tests {
     #[test]
     fn running_pod() {
         let none = |_: &str| None;
-        let s = generate_api_pod_status(&pod("Always"), &status(vec![inst(RtState::Running, 0, 0, 10)]), &none, "containerd");
+        let s = generate_api_pod_status(
+            &pod("Always"),
+            &status(vec![inst(RtState::Running, 0, 0, 10)]),
+            &none,
+            "containerd",
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
         let cs = &s.container_statuses.expect("statuses")[0];
         assert!(cs.ready);
         assert_eq!(cs.container_id.as_deref(), Some("containerd://id10"));
-        let ready = s.conditions.expect("conds").into_iter().find(|c| c.type_ == "Ready").expect("ready");
+        let ready = s
+            .conditions
+            .expect("conds")
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("ready");
         assert_eq!(ready.status, "True");
     }
 
@@ -292,13 +336,28 @@ mod tests {
         let w = |_: &str| Some(("CrashLoopBackOff", "back-off 10s".to_string()));
         let s = generate_api_pod_status(
             &pod("Always"),
-            &status(vec![inst(RtState::Exited, 1, 1, 20), inst(RtState::Exited, 1, 0, 10)]),
+            &status(vec![
+                inst(RtState::Exited, 1, 1, 20),
+                inst(RtState::Exited, 1, 0, 10),
+            ]),
             &w,
             "containerd",
         );
         let cs = &s.container_statuses.expect("statuses")[0];
-        assert_eq!(cs.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()), Some("CrashLoopBackOff"));
-        assert_eq!(cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code), Some(1));
+        assert_eq!(
+            cs.state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
+        assert_eq!(
+            cs.last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| t.exit_code),
+            Some(1)
+        );
         assert_eq!(cs.restart_count, 1);
         assert_eq!(s.phase.as_deref(), Some("Running"));
     }
@@ -306,14 +365,30 @@ mod tests {
     #[test]
     fn phases_by_policy() {
         let none = |_: &str| None;
-        for (policy, exit, want) in [("Never", 0, "Succeeded"), ("Never", 1, "Failed"), ("OnFailure", 0, "Succeeded"), ("Always", 0, "Running")] {
-            let s = generate_api_pod_status(&pod(policy), &status(vec![inst(RtState::Exited, exit, 0, 10)]), &none, "containerd");
+        for (policy, exit, want) in [
+            ("Never", 0, "Succeeded"),
+            ("Never", 1, "Failed"),
+            ("OnFailure", 0, "Succeeded"),
+            ("Always", 0, "Running"),
+        ] {
+            let s = generate_api_pod_status(
+                &pod(policy),
+                &status(vec![inst(RtState::Exited, exit, 0, 10)]),
+                &none,
+                "containerd",
+            );
             assert_eq!(s.phase.as_deref(), Some(want), "{policy} {exit}");
         }
         let w = |_: &str| Some(("ErrImagePull", "not found".to_string()));
         let s = generate_api_pod_status(&pod("Always"), &status(vec![]), &w, "containerd");
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let cs = &s.container_statuses.expect("statuses")[0];
-        assert_eq!(cs.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()), Some("ErrImagePull"));
+        assert_eq!(
+            cs.state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref()),
+            Some("ErrImagePull")
+        );
     }
 }

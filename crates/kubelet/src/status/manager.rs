@@ -23,7 +23,10 @@ impl StatusManager {
             // Condition transition times move only when the status of a condition changes.
             if let (Some(new), Some(prev)) = (status.conditions.as_mut(), old.conditions.as_ref()) {
                 for c in new.iter_mut() {
-                    if let Some(p) = prev.iter().find(|p| p.type_ == c.type_ && p.status == c.status) {
+                    if let Some(p) = prev
+                        .iter()
+                        .find(|p| p.type_ == c.type_ && p.status == c.status)
+                    {
                         c.last_transition_time.clone_from(&p.last_transition_time);
                     }
                 }
