@@ -8,7 +8,9 @@
 //! `cri_bench cleanup SUFFIX`: stops and removes those pods' sandboxes.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use cri::{ImageService, RemoteRuntime, RuntimeService, pb};
 use kubelet::podconfig::parse_pod_document;

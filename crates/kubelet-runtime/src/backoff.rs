@@ -145,11 +145,9 @@ mod tests {
         );
         assert_eq!(b.remaining_since(k, t(1), t(11)), None);
         let mut gaps = vec![];
-        let mut now = 11;
-        for _ in 0..8 {
+        for now in 11..19 {
             b.next(k, t(now), t(now));
             gaps.push(b.get(k).map(|d| d.as_secs()).unwrap_or(0));
-            now += 1;
         }
         assert_eq!(gaps, vec![20, 40, 80, 160, 300, 300, 300, 300]);
     }

@@ -240,6 +240,7 @@ impl App {
             sources_ready,
             desired: desired.clone(),
             heartbeat: heartbeat.clone(),
+            runtime: self.manager.clone(),
         };
         let sync_loop = tokio::spawn(
             sync_loop

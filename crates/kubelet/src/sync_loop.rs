@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_runtime::KubeRuntimeManager;
 use kubelet_runtime::pleg::{GenericPleg, PodLifecycleEvent};
 use kubelet_types::{PodOperation, PodUpdate, pod};
 use tokio::sync::mpsc;
@@ -74,6 +75,8 @@ pub struct SyncLoop {
     pub desired: DesiredPods,
     /// Liveness of the loop.
     pub heartbeat: Arc<Heartbeat>,
+    /// The runtime manager (for backoff bookkeeping).
+    pub runtime: Arc<KubeRuntimeManager>,
 }
 
 fn orphan_stub(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
@@ -160,10 +163,18 @@ impl SyncLoop {
     /// Upstream `HandlePodCleanups`: stop and remove runtime pods nobody wants;
     /// forget workers of pods that are gone.
     fn housekeeping(&self) {
+        self.runtime.gc_backoff(std::time::SystemTime::now());
         if !self.sources_ready.all_ready() {
             return;
         }
         let desired = self.desired.read().clone();
+        // A pod removed and re-added with the same UID (an identical manifest put back)
+        // may have had its sync dropped behind the pending kill: sync it again.
+        for (uid, p) in &desired {
+            if self.workers.is_removed(uid) && p.metadata.deletion_timestamp.is_none() {
+                self.dispatch(WorkKind::Sync, p.clone());
+            }
+        }
         for (uid, rp) in self.pleg.runtime_pods() {
             if desired.contains_key(&uid) {
                 continue;
