@@ -107,6 +107,62 @@ impl FakeRuntime {
         }
     }
 
+    /// Adds a ready sandbox labelled for pod `uid` (`name` in `default`) with
+    /// `containers` running containers named `c0`, `c1`, ... Returns the sandbox
+    /// and container IDs.
+    pub fn add_running_pod(
+        &self,
+        uid: &str,
+        name: &str,
+        containers: usize,
+    ) -> (String, Vec<String>) {
+        let labels = HashMap::from([
+            ("io.kubernetes.pod.uid".to_string(), uid.to_string()),
+            ("io.kubernetes.pod.name".to_string(), name.to_string()),
+            (
+                "io.kubernetes.pod.namespace".to_string(),
+                "default".to_string(),
+            ),
+        ]);
+        let sb = self.next_id("sb");
+        let now = now_ns();
+        let status = pb::PodSandboxStatus {
+            id: sb.clone(),
+            state: PodSandboxState::SandboxReady as i32,
+            created_at: now,
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let mut st = self.state.lock();
+        st.sandboxes
+            .insert(sb.clone(), (status, pb::PodSandboxConfig::default()));
+        let mut ids = Vec::new();
+        for i in 0..containers {
+            let id = self.next_id("ct");
+            let mut labels = labels.clone();
+            labels.insert("io.kubernetes.container.name".to_string(), format!("c{i}"));
+            let c = pb::ContainerStatus {
+                id: id.clone(),
+                state: ContainerState::ContainerRunning as i32,
+                created_at: now,
+                started_at: now,
+                labels,
+                ..Default::default()
+            };
+            st.containers.insert(id.clone(), (c, sb.clone()));
+            ids.push(id);
+        }
+        (sb, ids)
+    }
+
+    /// Starts an exited or created container again (for tests that flip states).
+    pub fn restart_container(&self, id: &str) {
+        if let Some((c, _)) = self.state.lock().containers.get_mut(id) {
+            c.state = ContainerState::ContainerRunning as i32;
+            c.started_at = now_ns();
+        }
+    }
+
     /// Method names called so far, in order.
     pub fn calls(&self) -> Vec<&'static str> {
         self.state.lock().calls.clone()

@@ -336,43 +336,11 @@ impl GenericPleg {
 mod tests {
     use super::*;
     use crate::manager::RuntimeConfig;
-    use cri::ImageService as _;
     use cri::fake::FakeRuntime;
 
     async fn add_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
-        let labels = HashMap::from([
-            (l::POD_UID.to_string(), uid.to_string()),
-            (l::POD_NAME.to_string(), format!("pod-{uid}")),
-            (l::POD_NAMESPACE.to_string(), "default".to_string()),
-        ]);
-        let sb = fake
-            .run_pod_sandbox(
-                pb::PodSandboxConfig {
-                    labels: labels.clone(),
-                    ..Default::default()
-                },
-                "",
-            )
-            .await
-            .expect("sandbox");
-        fake.pull_image("img", None, None).await.expect("pull");
-        let c = fake
-            .create_container(
-                &sb,
-                pb::ContainerConfig {
-                    labels,
-                    image: Some(pb::ImageSpec {
-                        image: "img".into(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Default::default(),
-            )
-            .await
-            .expect("container");
-        fake.start_container(&c).await.expect("start");
-        (sb, c)
+        let (sb, ids) = fake.add_running_pod(uid, &format!("pod-{uid}"), 1);
+        (sb, ids.into_iter().next().unwrap_or_default())
     }
 
     fn pleg(fake: &FakeRuntime) -> (Arc<GenericPleg>, mpsc::Receiver<PodLifecycleEvent>) {

@@ -87,11 +87,7 @@ impl PodSyncer for RuntimePodSyncer {
             .await
             .map_err(|e| e.to_string())?;
         if remove {
-            let status = self
-                .runtime
-                .get_pod_status(uid, name, ns)
-                .await
-                .map_err(|e| e.to_string())?;
+            // Killing changes states, not which containers and sandboxes exist.
             self.runtime
                 .remove_pod(&status)
                 .await

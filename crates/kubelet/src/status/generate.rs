@@ -18,6 +18,16 @@ fn time(t: SystemTime) -> Option<Time> {
     jiff::Timestamp::try_from(t).ok().map(Time)
 }
 
+fn waiting_state(reason: &str, message: String) -> Option<ContainerState> {
+    Some(ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_string()),
+            message: (!message.is_empty()).then_some(message),
+        }),
+        ..Default::default()
+    })
+}
+
 fn terminated(s: &rt::ContainerStatus, runtime: &str) -> ContainerStateTerminated {
     ContainerStateTerminated {
         exit_code: s.exit_code,
@@ -47,13 +57,7 @@ fn container_status(
     };
     let Some(latest) = latest else {
         let (reason, message) = waiting(&c.name).unwrap_or((default_reason, String::new()));
-        out.state = Some(ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some(reason.to_string()),
-                message: (!message.is_empty()).then_some(message),
-            }),
-            ..Default::default()
-        });
+        out.state = waiting_state(reason, message);
         out.started = Some(false);
         return out;
     };
@@ -82,13 +86,7 @@ fn container_status(
                     terminated: Some(terminated(latest, runtime)),
                     ..Default::default()
                 });
-                out.state = Some(ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some(reason.to_string()),
-                        message: (!message.is_empty()).then_some(message),
-                    }),
-                    ..Default::default()
-                });
+                out.state = waiting_state(reason, message);
             } else {
                 out.state = Some(ContainerState {
                     terminated: Some(terminated(latest, runtime)),
@@ -100,13 +98,7 @@ fn container_status(
         RtState::Created | RtState::Unknown => {
             let (reason, message) =
                 waiting(&c.name).unwrap_or(("ContainerCreating", String::new()));
-            out.state = Some(ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some(reason.to_string()),
-                    message: (!message.is_empty()).then_some(message),
-                }),
-                ..Default::default()
-            });
+            out.state = waiting_state(reason, message);
             out.started = Some(false);
         }
     }
