@@ -1,11 +1,14 @@
 //! Container configuration (upstream `kuberuntime_container.go`
 //! `generateContainerConfig` and `kuberuntime_container_linux.go`).
 
+use std::collections::HashMap;
+
 use cri::pb;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::pod;
 use tracing::warn;
 
+use crate::expansion::expand;
 use crate::labels;
 use crate::manager::RuntimeConfig;
 use crate::quantity::{parse_bytes, parse_milli_cpu};
@@ -145,20 +148,24 @@ fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext
     }
 }
 
-/// Plain `env` values. `valueFrom` and `envFrom` need the apiserver and are skipped with a warning.
-fn envs(c: &Container) -> Vec<pb::KeyValue> {
+/// Plain `env` values, each expanded against the variables defined before it.
+/// `valueFrom` and `envFrom` need the apiserver and are skipped with a warning.
+fn envs(c: &Container) -> (Vec<pb::KeyValue>, HashMap<String, String>) {
     let mut out = Vec::new();
+    let mut vars = HashMap::new();
     for e in c.env.iter().flatten() {
         if e.value_from.is_some() {
             warn!(container = %c.name, env = %e.name, "env valueFrom is not supported yet; variable left unset");
             continue;
         }
+        let value = expand(e.value.as_deref().unwrap_or(""), &vars);
+        vars.insert(e.name.clone(), value.clone());
         out.push(pb::KeyValue {
             key: e.name.clone(),
-            value: e.value.clone().unwrap_or_default(),
+            value,
         });
     }
-    out
+    (out, vars)
 }
 
 /// The `ContainerConfig` for instance `restart_count` of `c`, running `image_ref`.
@@ -169,6 +176,10 @@ pub(crate) fn container_config(
     restart_count: i32,
     image_ref: &str,
 ) -> pb::ContainerConfig {
+    let (envs, vars) = envs(c);
+    let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
+        v.iter().flatten().map(|s| expand(s, &vars)).collect()
+    };
     pb::ContainerConfig {
         metadata: Some(pb::ContainerMetadata {
             name: c.name.clone(),
@@ -179,10 +190,10 @@ pub(crate) fn container_config(
             user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command: expand_all(&c.command),
+        args: expand_all(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: envs(c),
+        envs,
         labels: labels::container_labels(p, c),
         annotations: labels::container_annotations(p, c, restart_count),
         log_path: format!("{}/{}.log", c.name, restart_count),
@@ -217,8 +228,9 @@ mod tests {
         let p: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
             "spec": {"terminationGracePeriodSeconds": 5, "containers": [{"name": "c", "image": "busybox:1",
-                "command": ["sh"], "args": ["-c", "true"], "workingDir": "/tmp",
-                "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "command": ["sh"], "args": ["-c", "echo $(A) $(C) $$(A)"], "workingDir": "/tmp",
+                "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "C", "value": "x-$(A)"}],
                 "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}]}
         }))
         .expect("pod");
@@ -251,8 +263,14 @@ mod tests {
                 .map(String::as_str),
             Some("5")
         );
-        assert_eq!(cc.envs.len(), 1);
+        let env: Vec<(&str, &str)> = cc
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(env, vec![("A", "1"), ("C", "x-1")]);
         assert_eq!(cc.command, vec!["sh"]);
+        assert_eq!(cc.args, vec!["-c", "echo 1 x-1 $(A)"]);
         let res = cc.linux.and_then(|l| l.resources).expect("resources");
         assert_eq!(res.cpu_shares, 256);
         assert_eq!(res.cpu_quota, 50_000);

@@ -10,6 +10,7 @@ pub mod actions;
 pub mod backoff;
 mod container;
 mod error;
+mod expansion;
 pub mod images;
 pub mod labels;
 mod manager;
