@@ -293,3 +293,42 @@ async fn missing_image_gives_err_image_pull_then_backoff_without_affecting_other
     node.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_beyond_max_pods_are_rejected_out_of_pods() -> anyhow::Result<()> {
+    let node = Node::start(|f| f.max_pods = Some(1)).await;
+    node.write_manifest(
+        "first.yaml",
+        &pod_yaml("first", "Always", BUSYBOX, "sleep 3600"),
+    );
+    node.wait_status("first", T, "running", |s| is_running(s, "c"))
+        .await?;
+    node.write_manifest(
+        "second.yaml",
+        &pod_yaml("second", "Always", BUSYBOX, "sleep 3600"),
+    );
+    let s = node
+        .wait_status("second", T, "rejected", |s| {
+            s.phase.as_deref() == Some("Failed")
+        })
+        .await?;
+    assert_eq!(s.reason.as_deref(), Some("OutOfpods"));
+    assert!(
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.contains("capacity: 1")),
+        "{:?}",
+        s.message
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = node.pod_name("second");
+    let started = node
+        .sandboxes()
+        .await
+        .iter()
+        .any(|s| s.labels.get("io.kubernetes.pod.name") == Some(&second));
+    assert!(!started, "a rejected pod never gets a sandbox");
+    assert!(is_running(&node.status("first").ctx("first")?, "c"));
+    node.cleanup().await;
+    Ok(())
+}

@@ -241,6 +241,9 @@ impl App {
             desired: desired.clone(),
             heartbeat: heartbeat.clone(),
             runtime: self.manager.clone(),
+            status: status.clone(),
+            max_pods: cfg.max_pods,
+            rejected: Default::default(),
         };
         let sync_loop = tokio::spawn(
             sync_loop

@@ -3,7 +3,7 @@
 //! pods due on the work queue, and housekeeping every 2s that stops and
 //! removes pods no source wants (only once every source has reported).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,8 +17,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::admission::{admit, rejected_status};
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
 use crate::podconfig::SourcesReady;
+use crate::status::StatusManager;
 
 /// Upstream sync tick.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -77,6 +79,12 @@ pub struct SyncLoop {
     pub heartbeat: Arc<Heartbeat>,
     /// The runtime manager (for backoff bookkeeping).
     pub runtime: Arc<KubeRuntimeManager>,
+    /// Pod statuses (rejected pods get theirs here).
+    pub status: Arc<StatusManager>,
+    /// `maxPods`.
+    pub max_pods: u32,
+    /// Pods refused at admission; never run.
+    pub rejected: HashSet<String>,
 }
 
 fn orphan_stub(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
@@ -92,7 +100,20 @@ impl SyncLoop {
         self.workers.update_pod(PodWork { kind, pod: p });
     }
 
-    fn handle_config(&self, u: PodUpdate) {
+    /// Pods admitted and not finished (upstream `filterOutTerminatedPods`).
+    fn active_pods(&self) -> usize {
+        self.desired
+            .read()
+            .keys()
+            .filter(|uid| !self.rejected.contains(*uid))
+            .filter(|uid| {
+                let phase = self.status.get_pod_status(uid).and_then(|s| s.phase);
+                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+            })
+            .count()
+    }
+
+    fn handle_config(&mut self, u: PodUpdate) {
         debug!(op = ?u.op, source = %u.source, n = u.pods.len(), "SyncLoop config update");
         match u.op {
             PodOperation::Add | PodOperation::Update => {
@@ -103,9 +124,25 @@ impl SyncLoop {
                         "UPDATE"
                     };
                     info!(pod = %pod::describe(&p), source = %u.source, "SyncLoop {verb}");
-                    self.desired
-                        .write()
-                        .insert(pod::uid(&p).to_string(), p.clone());
+                    let uid = pod::uid(&p).to_string();
+                    if self.rejected.contains(&uid) {
+                        self.desired.write().insert(uid, p);
+                        continue;
+                    }
+                    // Bind first: the read guard must be gone before the writes below.
+                    let is_new = !self.desired.read().contains_key(&uid);
+                    if u.op == PodOperation::Add
+                        && is_new
+                        && let Err(r) = admit(self.active_pods(), self.max_pods)
+                    {
+                        tracing::warn!(pod = %pod::describe(&p), reason = %r.0, message = %r.1,
+                            "Pod rejected at admission");
+                        self.status.set_pod_status(&uid, rejected_status(&r));
+                        self.rejected.insert(uid.clone());
+                        self.desired.write().insert(uid, p);
+                        continue;
+                    }
+                    self.desired.write().insert(uid, p.clone());
                     let kind = if p.metadata.deletion_timestamp.is_some() {
                         WorkKind::Kill { remove: false }
                     } else {
@@ -117,6 +154,9 @@ impl SyncLoop {
             PodOperation::Delete => {
                 for p in u.pods {
                     info!(pod = %pod::describe(&p), "SyncLoop DELETE");
+                    if self.rejected.contains(pod::uid(&p)) {
+                        continue;
+                    }
                     self.desired
                         .write()
                         .insert(pod::uid(&p).to_string(), p.clone());
@@ -127,6 +167,10 @@ impl SyncLoop {
                 for p in u.pods {
                     info!(pod = %pod::describe(&p), "SyncLoop REMOVE");
                     self.desired.write().remove(pod::uid(&p));
+                    if self.rejected.remove(pod::uid(&p)) {
+                        self.status.remove(pod::uid(&p));
+                        continue;
+                    }
                     self.dispatch(WorkKind::Kill { remove: true }, p);
                 }
             }
@@ -140,6 +184,9 @@ impl SyncLoop {
     }
 
     fn handle_pleg(&self, ev: &PodLifecycleEvent) {
+        if self.rejected.contains(&ev.uid) {
+            return;
+        }
         let p = self.desired.read().get(&ev.uid).cloned();
         if let Some(p) = p
             && p.metadata.deletion_timestamp.is_none()
@@ -151,6 +198,9 @@ impl SyncLoop {
 
     fn handle_tick(&self) {
         for uid in self.queue.take_due() {
+            if self.rejected.contains(&uid) {
+                continue;
+            }
             let p = self.desired.read().get(&uid).cloned();
             if let Some(p) = p
                 && p.metadata.deletion_timestamp.is_none()
@@ -171,7 +221,10 @@ impl SyncLoop {
         // A pod removed and re-added with the same UID (an identical manifest put back)
         // may have had its sync dropped behind the pending kill: sync it again.
         for (uid, p) in &desired {
-            if self.workers.is_removed(uid) && p.metadata.deletion_timestamp.is_none() {
+            if !self.rejected.contains(uid)
+                && self.workers.is_removed(uid)
+                && p.metadata.deletion_timestamp.is_none()
+            {
                 self.dispatch(WorkKind::Sync, p.clone());
             }
         }
