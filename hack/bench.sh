@@ -62,7 +62,7 @@ YAML
     [ "$left" -eq 0 ] && break; sleep 0.5
   done
   kill -TERM $pid; wait $pid || true
-  $BENCH cleanup "-$node"
+  $BENCH cleanup "-$node"; rm -f /tmp/kubelet-rs-floor-*
   rm -rf "$work"
 done
 f=$(printf '%s\n' "${floor[@]}" | median); k=$(printf '%s\n' "${kube[@]}" | median)

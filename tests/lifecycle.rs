@@ -97,3 +97,41 @@ async fn removal_waits_for_the_grace_period_then_kills() -> anyhow::Result<()> {
     node.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_message_from_file_or_from_logs() -> anyhow::Result<()> {
+    let node = Node::start(|_| {}).await;
+    node.write_manifest(
+        "msg.yaml",
+        &pod_yaml(
+            "msg",
+            "Never",
+            BUSYBOX,
+            "echo -n all done > /dev/termination-log; exit 3",
+        ),
+    );
+    let fallback = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: logs}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    terminationMessagePolicy: FallbackToLogsOnError\n    command: [sh, -c, 'echo first; echo it broke >&2; exit 2']\n"
+    );
+    node.write_manifest("logs.yaml", &fallback);
+    let terminated = |s: &k8s_openapi::api::core::v1::PodStatus| {
+        container(s, "c")
+            .and_then(|c| c.state.as_ref())
+            .and_then(|st| st.terminated.clone())
+    };
+    let s = node
+        .wait_status("msg", T, "Failed", |s| s.phase.as_deref() == Some("Failed"))
+        .await?;
+    let t = terminated(&s).ctx("terminated")?;
+    assert_eq!((t.exit_code, t.message.as_deref()), (3, Some("all done")));
+    let s = node
+        .wait_status("logs", T, "Failed", |s| {
+            s.phase.as_deref() == Some("Failed")
+        })
+        .await?;
+    let t = terminated(&s).ctx("terminated")?;
+    assert_eq!(t.exit_code, 2);
+    assert_eq!(t.message.as_deref(), Some("first\nit broke"));
+    node.cleanup().await;
+    Ok(())
+}

@@ -58,7 +58,15 @@ async fn floor(rt: &RemoteRuntime, n: usize, suffix: &str) -> anyhow::Result<u12
                 .and_then(|s| s.containers.first())
                 .cloned()
                 .unwrap_or_default();
-            let c_cfg = generate_container_config(&cfg, &pod, &c, 0, &image_ref);
+            let mut c_cfg = generate_container_config(&cfg, &pod, &c, 0, &image_ref);
+            // The kubelet also mounts a termination message file into each container.
+            let msg = format!("/tmp/kubelet-rs-floor-{}", sb);
+            std::fs::write(&msg, "")?;
+            c_cfg.mounts.push(pb::Mount {
+                container_path: "/dev/termination-log".into(),
+                host_path: msg,
+                ..Default::default()
+            });
             let id = rt.create_container(&sb, c_cfg, sb_cfg).await?;
             rt.start_container(&id).await?;
             anyhow::Ok(())

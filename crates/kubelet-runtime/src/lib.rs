@@ -18,6 +18,7 @@ pub mod pleg;
 pub mod pod_status;
 mod quantity;
 mod sandbox;
+mod termination;
 
 pub use error::{Error, Result};
 pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};

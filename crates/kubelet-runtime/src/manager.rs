@@ -27,6 +27,8 @@ use crate::{Error, Result};
 pub struct RuntimeConfig {
     /// `podLogsDir` (default `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// `--root-dir` (default `/var/lib/kubelet`): pod data under `pods/<uid>`.
+    pub root_dir: PathBuf,
     /// `clusterDNS`.
     pub cluster_dns: Vec<String>,
     /// `clusterDomain`.
@@ -47,6 +49,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
+            root_dir: PathBuf::from("/var/lib/kubelet"),
             cluster_dns: vec![],
             cluster_domain: String::new(),
             resolv_conf: "/etc/resolv.conf".into(),
@@ -291,7 +294,26 @@ impl KubeRuntimeManager {
                 result.errors.push(e);
             }
         }
+        self.remove_dead_sandboxes(status).await;
         result
+    }
+
+    /// Removes sandboxes that are not ready, not the newest, and hold no
+    /// containers any more (upstream container GC's `evictSandboxes`), so a
+    /// recreated sandbox does not leave the dead one behind forever.
+    async fn remove_dead_sandboxes(&self, status: &PodStatus) {
+        let ready = pb::PodSandboxState::SandboxReady as i32;
+        for s in status.sandboxes.iter().skip(1) {
+            if s.state == ready || status.containers.iter().any(|c| c.sandbox_id == s.id) {
+                continue;
+            }
+            info!(sandbox.id = %s.id, "Removing dead pod sandbox");
+            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await
+                && !e.is_not_found()
+            {
+                warn!(sandbox.id = %s.id, error = %e, "Failed to remove dead sandbox");
+            }
+        }
     }
 
     async fn ensure_sandbox(
@@ -375,7 +397,17 @@ impl KubeRuntimeManager {
                 context: format!("create container log directory {}", log_dir.display()),
                 source,
             })?;
-        let cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
+        let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
+        match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count) {
+            Ok(Some(m)) => cfg.mounts.push(m),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    context: "create termination message file".into(),
+                    source,
+                });
+            }
+        }
         let id = match self
             .runtime
             .create_container(sandbox_id, cfg, sandbox_cfg.clone())
@@ -474,6 +506,12 @@ impl KubeRuntimeManager {
                 Err(e) => return Err(e.into()),
             }
         }
+        let data = crate::termination::pod_dir(&self.cfg.root_dir, &status.uid);
+        if let Err(e) = tokio::fs::remove_dir_all(&data).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(dir = %data.display(), error = %e, "Failed to remove pod directory");
+        }
         if !status.name.is_empty() {
             let dir = self.cfg.pod_logs_dir.join(format!(
                 "{}_{}_{}",
@@ -499,6 +537,7 @@ mod tests {
     fn manager(fake: &FakeRuntime, dir: &std::path::Path) -> KubeRuntimeManager {
         let cfg = RuntimeConfig {
             pod_logs_dir: dir.to_path_buf(),
+            root_dir: dir.join("root"),
             resolv_conf: String::new(),
             ..Default::default()
         };
@@ -655,6 +694,34 @@ mod tests {
             m.waiting_reason("uid-1", "bad").map(|r| r.0),
             Some("ImagePullBackOff")
         );
+    }
+
+    #[tokio::test]
+    async fn dead_sandboxes_without_containers_are_removed() {
+        let fake = FakeRuntime::new();
+        let dir = tempfile_dir();
+        let m = manager(&fake, dir.path());
+        let p = pod("Always");
+        let t = SystemTime::now();
+        let (s, _) = sync(&m, &p, t).await;
+        let first = s.sandboxes[0].id.clone();
+        fake.kill_sandbox(&first);
+        fake.exit_container(&s.containers[0].id, 137);
+        // New sandbox; the first still holds the dead container (lastState), so it stays.
+        let (s, r) = sync(&m, &p, t).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(s.sandboxes.len(), 2);
+        // The container restarts again in the new sandbox: the oldest instance is pruned,
+        // and the first sandbox, now empty, goes on the following sync.
+        fake.exit_container(&s.containers[0].id, 1);
+        let later = SystemTime::now() + Duration::from_secs(60);
+        sync(&m, &p, later).await;
+        let (s, _) = sync(&m, &p, later).await;
+        assert!(
+            s.sandboxes.iter().all(|sb| sb.id != first),
+            "dead empty sandbox removed"
+        );
+        assert_eq!(s.sandboxes.len(), 1);
     }
 
     #[tokio::test]

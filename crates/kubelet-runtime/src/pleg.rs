@@ -413,6 +413,30 @@ mod tests {
         assert!(p.healthy().is_ok());
     }
 
+    #[tokio::test]
+    async fn a_full_event_channel_drops_events_but_never_blocks_the_relist() {
+        let fake = FakeRuntime::new();
+        let (p, mut rx) = pleg(&fake);
+        // 600 pods x (sandbox + container) = 1200 events for a 1000-slot channel nobody drains.
+        for i in 0..600 {
+            fake.add_running_pod(&format!("u{i}"), &format!("p{i}"), 1);
+        }
+        let relist = tokio::time::timeout(Duration::from_secs(5), p.relist()).await;
+        assert_eq!(relist.expect("relist did not block").expect("relist"), 600);
+        // Let the background inspections finish and try to send.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut n = 0;
+        while rx.try_recv().is_ok() {
+            n += 1;
+        }
+        assert!(n <= CHANNEL_CAPACITY && n > 0, "{n} events delivered");
+        // The next relist still works and sees no changes.
+        assert_eq!(p.relist().await.expect("relist"), 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn unhealthy_after_three_minutes_without_relist() {
         let fake = FakeRuntime::new();

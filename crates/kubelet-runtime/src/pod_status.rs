@@ -146,6 +146,6 @@ pub fn container_status_from_cri(s: &pb::ContainerStatus, sandbox_id: &str) -> C
         hash: ann(labels::CONTAINER_HASH),
         restart_count: ann(labels::CONTAINER_RESTART_COUNT).parse().unwrap_or(0),
         reason: s.reason.clone(),
-        message: s.message.clone(),
+        message: crate::termination::message(s).unwrap_or_else(|| s.message.clone()),
     }
 }

@@ -124,6 +124,7 @@ impl App {
         };
         let rcfg = RuntimeConfig {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
+            root_dir: cfg.root_dir.clone(),
             cluster_dns: cfg.cluster_dns.clone(),
             cluster_domain: cfg.cluster_domain.clone(),
             resolv_conf: cfg.resolv_conf.clone(),
