@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use cri::RuntimeService;
 use kubelet_rs_integration::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -329,6 +330,34 @@ async fn pods_beyond_max_pods_are_rejected_out_of_pods() -> anyhow::Result<()> {
         .any(|s| s.labels.get("io.kubernetes.pod.name") == Some(&second));
     assert!(!started, "a rejected pod never gets a sandbox");
     assert!(is_running(&node.status("first").ctx("first")?, "c"));
+    node.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_pid_ipc_pod_runs_with_the_node_ip() -> anyhow::Result<()> {
+    let node = Node::start(|f| f.node_ip = Some("127.0.0.1".into())).await;
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: hn}}\nspec:\n  hostNetwork: true\n  hostPID: true\n  hostIPC: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sleep, '3600']}}\n"
+    );
+    node.write_manifest("hn.yaml", &yaml);
+    let s = node
+        .wait_status("hn", T, "running", |s| is_running(s, "c"))
+        .await?;
+    assert_eq!(s.host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(s.pod_ip.as_deref(), Some("127.0.0.1"));
+    let ns = node.sandboxes().await[0].clone();
+    let status = node.runtime.pod_sandbox_status(&ns.id).await?;
+    let mode = status
+        .linux
+        .and_then(|l| l.namespaces)
+        .and_then(|n| n.options)
+        .map(|o| o.network);
+    assert_eq!(
+        mode,
+        Some(cri::pb::NamespaceMode::Node as i32),
+        "sandbox in the node's network namespace"
+    );
     node.cleanup().await;
     Ok(())
 }

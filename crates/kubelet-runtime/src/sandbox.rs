@@ -261,7 +261,12 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
             namespace: pod::namespace(p).to_string(),
             attempt,
         }),
-        hostname: hostname(p),
+        // Host-network pods share the node's UTS namespace: no hostname to set (upstream).
+        hostname: if pod::host_network(p) {
+            String::new()
+        } else {
+            hostname(p)
+        },
         log_directory: pod_logs_dir(&cfg.pod_logs_dir, p)
             .to_string_lossy()
             .into_owned(),
@@ -375,5 +380,17 @@ mod tests {
         assert_eq!(c.metadata.as_ref().map(|m| m.attempt), Some(2));
         assert_eq!(c.port_mappings[0].host_port, 8080);
         assert_eq!(c.hostname, "web");
+        let hn = pod(serde_json::json!({"metadata": {"name": "web", "uid": "u1"},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c"}]}}));
+        let c = sandbox_config(&cfg(), &hn, 0);
+        assert_eq!(
+            c.hostname, "",
+            "runc refuses a hostname without a private UTS namespace"
+        );
+        let ns = c
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options);
+        assert_eq!(ns.map(|n| n.network), Some(pb::NamespaceMode::Node as i32));
     }
 }

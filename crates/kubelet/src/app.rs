@@ -218,10 +218,13 @@ impl App {
         );
 
         let status = Arc::new(StatusManager::default());
+        let host_ips = crate::node_ip::node_ips(&cfg.node_ips);
+        info!(?host_ips, "Node addresses");
         let syncer = Arc::new(RuntimePodSyncer::new(
             self.manager.clone(),
             status.clone(),
             self.runtime_name,
+            host_ips,
         ));
         let queue = Arc::new(WorkQueue::default());
         let workers = Arc::new(PodWorkers::new(

@@ -12,6 +12,7 @@ mod app;
 pub mod config;
 pub mod healthz;
 pub mod logging;
+pub mod node_ip;
 pub mod pod_sync;
 pub mod pod_workers;
 pub mod podconfig;

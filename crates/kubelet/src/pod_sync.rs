@@ -18,6 +18,7 @@ pub struct RuntimePodSyncer {
     runtime: Arc<KubeRuntimeManager>,
     status: Arc<StatusManager>,
     runtime_name: String,
+    host_ips: Vec<std::net::IpAddr>,
 }
 
 impl RuntimePodSyncer {
@@ -26,18 +27,20 @@ impl RuntimePodSyncer {
         runtime: Arc<KubeRuntimeManager>,
         status: Arc<StatusManager>,
         runtime_name: String,
+        host_ips: Vec<std::net::IpAddr>,
     ) -> Self {
         Self {
             runtime,
             status,
             runtime_name,
+            host_ips,
         }
     }
 
     fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
         let uid = pod::uid(p);
         let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
-        let api = generate_api_pod_status(p, rs, &waiting, &self.runtime_name);
+        let api = generate_api_pod_status(p, rs, &waiting, &self.runtime_name, &self.host_ips);
         self.status.set_pod_status(uid, api);
     }
 }

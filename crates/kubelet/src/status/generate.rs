@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_runtime::pod_status::{self as rt, ContainerState as RtState};
@@ -192,6 +192,7 @@ pub fn generate_api_pod_status(
     status: &rt::PodStatus,
     waiting: Waiting<'_>,
     runtime: &str,
+    host_ips: &[std::net::IpAddr],
 ) -> PodStatus {
     let init: Vec<ContainerStatus> = pod::init_containers(p)
         .iter()
@@ -239,17 +240,23 @@ pub fn generate_api_pod_status(
         condition("ContainersReady", ready, Some(not_ready_reason), &now),
         condition("PodScheduled", true, None, &now),
     ];
+    let host: Vec<String> = host_ips.iter().map(ToString::to_string).collect();
+    // Host-network pods have the node's addresses (upstream).
+    let pod_ips = if pod::host_network(p) {
+        host.clone()
+    } else {
+        status.ips.clone()
+    };
+    let host_ip_list =
+        (!host.is_empty()).then(|| host.iter().map(|ip| HostIP { ip: ip.clone() }).collect());
     PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
-        pod_ip: status.ips.first().cloned(),
-        pod_ips: (!status.ips.is_empty()).then(|| {
-            status
-                .ips
-                .iter()
-                .map(|ip| PodIP { ip: ip.clone() })
-                .collect()
-        }),
+        host_ip: host.first().cloned(),
+        host_ips: host_ip_list,
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: now,
         qos_class: Some(kubelet_runtime::sandbox_qos_class(p).to_string()),
         init_container_statuses: (!init.is_empty()).then_some(init),
@@ -308,6 +315,7 @@ mod tests {
             &status(vec![inst(RtState::Running, 0, 0, 10)]),
             &none,
             "containerd",
+            &[],
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
@@ -324,6 +332,22 @@ mod tests {
     }
 
     #[test]
+    fn host_ips_and_host_network_pod_ips() {
+        let none = |_: &str| None;
+        let node: std::net::IpAddr = "192.168.1.20".parse().expect("ip");
+        let st = status(vec![inst(RtState::Running, 0, 0, 10)]);
+        let s = generate_api_pod_status(&pod("Always"), &st, &none, "containerd", &[node]);
+        assert_eq!(s.host_ip.as_deref(), Some("192.168.1.20"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+        let mut hn = pod("Always");
+        if let Some(spec) = hn.spec.as_mut() {
+            spec.host_network = Some(true);
+        }
+        let s = generate_api_pod_status(&hn, &st, &none, "containerd", &[node]);
+        assert_eq!(s.pod_ip.as_deref(), Some("192.168.1.20"));
+    }
+
+    #[test]
     fn crash_loop_shows_waiting_with_last_state() {
         let w = |_: &str| Some(("CrashLoopBackOff", "back-off 10s".to_string()));
         let s = generate_api_pod_status(
@@ -334,6 +358,7 @@ mod tests {
             ]),
             &w,
             "containerd",
+            &[],
         );
         let cs = &s.container_statuses.expect("statuses")[0];
         assert_eq!(
@@ -368,11 +393,12 @@ mod tests {
                 &status(vec![inst(RtState::Exited, exit, 0, 10)]),
                 &none,
                 "containerd",
+                &[],
             );
             assert_eq!(s.phase.as_deref(), Some(want), "{policy} {exit}");
         }
         let w = |_: &str| Some(("ErrImagePull", "not found".to_string()));
-        let s = generate_api_pod_status(&pod("Always"), &status(vec![]), &w, "containerd");
+        let s = generate_api_pod_status(&pod("Always"), &status(vec![]), &w, "containerd", &[]);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let cs = &s.container_statuses.expect("statuses")[0];
         assert_eq!(
