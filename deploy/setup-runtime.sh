@@ -16,7 +16,7 @@ STATE=/var/lib/kubelet-rs
 LOGDIR=/var/log/kubelet-rs
 BUSYBOX_TAGS=(1.35 latest)
 PAUSE_TAG=3.9
-PACKAGES=(containerd runc containernetworking-plugins docker-registry umoci skopeo busybox-static)
+PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static)
 
 log() { printf 'setup-runtime: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
