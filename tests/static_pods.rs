@@ -149,6 +149,14 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
     node.wait_status("gone", T, "running", |s| is_running(s, "c"))
         .await?;
     assert_eq!(node.sandboxes().await.len(), 1);
+    let uid = node.uid_of("gone").ctx("uid")?;
+    let cg =
+        std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}"));
+    assert!(
+        cg.is_dir(),
+        "pod cgroup {} exists while running",
+        cg.display()
+    );
     node.remove_manifest("gone.yaml");
     let deadline = tokio::time::Instant::now() + T;
     while !node.sandboxes().await.is_empty() || !node.containers().await.is_empty() {
@@ -159,6 +167,18 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(node.uid_of("gone").is_none());
+    // The pod's cgroup goes too (the runtime only ever creates it).
+    let cg =
+        std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cg.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} left behind",
+            cg.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     node.cleanup().await;
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod backoff;
+pub mod cgroups;
 mod container;
 mod error;
 mod expansion;

@@ -3,7 +3,7 @@
 //! applies the actions [`compute_pod_actions`] chose, idempotently.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -505,6 +505,13 @@ impl KubeRuntimeManager {
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        if self.cfg.cgroup_driver == "cgroupfs" {
+            crate::cgroups::remove_pod_cgroups(
+                Path::new("/sys/fs/cgroup"),
+                &self.cfg.cgroup_root,
+                &status.uid,
+            );
         }
         let data = crate::termination::pod_dir(&self.cfg.root_dir, &status.uid);
         if let Err(e) = tokio::fs::remove_dir_all(&data).await
