@@ -150,8 +150,14 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
         .await?;
     assert_eq!(node.sandboxes().await.len(), 1);
     let uid = node.uid_of("gone").ctx("uid")?;
-    let cg =
-        std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}"));
+    // cgroup v1 (these machines) has a memory hierarchy; v2 has one tree.
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let base = if v1.is_dir() {
+        v1
+    } else {
+        std::path::Path::new("/sys/fs/cgroup")
+    };
+    let cg = base.join("kubepods/besteffort").join(format!("pod{uid}"));
     assert!(
         cg.is_dir(),
         "pod cgroup {} exists while running",
@@ -168,8 +174,6 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
     }
     assert!(node.uid_of("gone").is_none());
     // The pod's cgroup goes too (the runtime only ever creates it).
-    let cg =
-        std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while cg.exists() {
         assert!(
