@@ -111,7 +111,7 @@ async fn termination_message_from_file_or_from_logs() -> anyhow::Result<()> {
         ),
     );
     let fallback = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: logs}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    terminationMessagePolicy: FallbackToLogsOnError\n    command: [sh, -c, 'echo first; echo it broke >&2; exit 2']\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: logs}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    terminationMessagePolicy: FallbackToLogsOnError\n    command: [sh, -c, 'echo first >&2; echo it broke >&2; exit 2']\n"
     );
     node.write_manifest("logs.yaml", &fallback);
     let terminated = |s: &k8s_openapi::api::core::v1::PodStatus| {
