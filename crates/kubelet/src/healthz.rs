@@ -116,3 +116,63 @@ pub async fn watch_runtime(
         *cur = err;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri::fake::FakeRuntime;
+    use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
+
+    fn health(fake: &FakeRuntime) -> Arc<Health> {
+        let m = Arc::new(KubeRuntimeManager::new(
+            Arc::new(fake.clone()),
+            Arc::new(fake.clone()),
+            RuntimeConfig::default(),
+        ));
+        let (pleg, _rx) = GenericPleg::new(m, 1, Duration::from_secs(1));
+        Arc::new(Health {
+            heartbeat: Arc::new(Heartbeat::default()),
+            max_loop_stall: Duration::from_secs(300),
+            pleg,
+            runtime_error: RwLock::new(None),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_sync_loop_fails_healthz() {
+        let h = health(&FakeRuntime::new());
+        assert!(h.failures().is_empty());
+        tokio::time::advance(Duration::from_secs(301)).await;
+        let f = h.failures();
+        assert!(
+            f.iter().any(|l| l.starts_with("[-]syncloop failed")),
+            "{f:?}"
+        );
+        let (code, body) = healthz(State(h)).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.ends_with("healthz check failed\n"), "{body}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runtime_down_is_noticed_and_recovery_clears_it() {
+        let fake = FakeRuntime::new();
+        let h = health(&fake);
+        let stop = CancellationToken::new();
+        fake.set_down(true);
+        tokio::spawn(watch_runtime(
+            Arc::new(fake.clone()),
+            h.clone(),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            h.failures()
+                .iter()
+                .any(|l| l.starts_with("[-]runtime failed"))
+        );
+        fake.set_down(false);
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD + Duration::from_millis(10)).await;
+        assert!(h.failures().is_empty(), "{:?}", h.failures());
+        stop.cancel();
+    }
+}
