@@ -135,3 +135,35 @@ async fn termination_message_from_file_or_from_logs() -> anyhow::Result<()> {
     node.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_deadline_stops_the_pod_and_fails_it() -> anyhow::Result<()> {
+    let node = Node::start(|_| {}).await;
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: dl}}\nspec:\n  activeDeadlineSeconds: 3\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sleep, '3600']}}\n"
+    );
+    node.write_manifest("dl.yaml", &yaml);
+    node.wait_status("dl", T, "running", |s| is_running(s, "c"))
+        .await?;
+    let s = node
+        .wait_status("dl", T, "DeadlineExceeded", |s| {
+            s.reason.as_deref() == Some("DeadlineExceeded")
+        })
+        .await?;
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    // Stopped, and it stays stopped and failed.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let running = node
+        .containers()
+        .await
+        .iter()
+        .any(|c| c.state == cri::pb::ContainerState::ContainerRunning as i32);
+    assert!(!running, "containers stopped");
+    let s = node.status("dl").ctx("status")?;
+    assert_eq!(
+        (s.phase.as_deref(), s.reason.as_deref()),
+        (Some("Failed"), Some("DeadlineExceeded"))
+    );
+    node.cleanup().await;
+    Ok(())
+}

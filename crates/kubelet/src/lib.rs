@@ -7,6 +7,7 @@
 //! into API pod status; [`healthz`] serves the local health endpoint. [`App`]
 //! wires it all under one cancellation tree.
 
+pub mod active_deadline;
 mod admission;
 mod app;
 pub mod config;

@@ -10,6 +10,7 @@ use kubelet_runtime::KubeRuntimeManager;
 use kubelet_types::pod;
 use tracing::info;
 
+use crate::active_deadline;
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::status::{StatusManager, generate_api_pod_status};
 
@@ -45,6 +46,36 @@ impl RuntimePodSyncer {
     }
 }
 
+impl RuntimePodSyncer {
+    /// Stops a pod past its `activeDeadlineSeconds` and records `Failed`/`DeadlineExceeded`.
+    async fn fail_deadline(&self, p: &Pod, before: &kubelet_runtime::PodStatus) -> SyncOutcome {
+        let uid = pod::uid(p);
+        if before.live_containers().next().is_some() || before.has_ready_sandbox() {
+            info!("Pod was active on the node longer than the specified deadline; stopping it");
+        }
+        let killed = self
+            .runtime
+            .kill_pod(before, pod::grace_period(p), false)
+            .await;
+        let after = match self
+            .runtime
+            .get_pod_status(uid, pod::name(p), pod::namespace(p))
+            .await
+        {
+            Ok(s) => s,
+            Err(_) => before.clone(),
+        };
+        self.record(p, &after);
+        if let Some(s) = self.status.get_pod_status(uid) {
+            self.status.set_pod_status(uid, active_deadline::failed(s));
+        }
+        SyncOutcome {
+            error: killed.err().map(|e| e.to_string()),
+            requeue_after: None,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl PodSyncer for RuntimePodSyncer {
     async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
@@ -58,8 +89,22 @@ impl PodSyncer for RuntimePodSyncer {
                 };
             }
         };
+        let now = SystemTime::now();
+        // Checked before a new status is recorded, so a failed pod never looks alive again.
+        let cached = self.status.get_pod_status(uid);
+        if active_deadline::exceeded(cached.as_ref())
+            || active_deadline::remaining(p, cached.as_ref(), now)
+                == Some(std::time::Duration::ZERO)
+        {
+            return self.fail_deadline(p, &before).await;
+        }
         self.record(p, &before);
-        let result = self.runtime.sync_pod(p, &before, SystemTime::now()).await;
+        let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
+        let mut result = self.runtime.sync_pod(p, &before, now).await;
+        if let Some(left) = left {
+            // Come back when the deadline passes.
+            result.requeue_after = Some(result.requeue_after.map_or(left, |r| r.min(left)));
+        }
         // Failed starts change the waiting reasons: show them now rather than on the next sync.
         if !result.errors.is_empty() {
             self.record(p, &before);
