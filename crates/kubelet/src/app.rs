@@ -183,8 +183,7 @@ impl App {
         if self.http.is_some() {
             expected.push(Source::Http);
         }
-        let (src_tx, config_rx, sources_ready, _storage) =
-            spawn_merger(&expected, stop.child_token());
+        let (src_tx, config_rx, sources_ready) = spawn_merger(&expected, stop.child_token());
 
         let mut manifest_errors = None;
         if let Some(path) = &cfg.static_pod_path {

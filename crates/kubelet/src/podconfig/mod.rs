@@ -69,17 +69,12 @@ pub type SourceSender = mpsc::Sender<SourceUpdate>;
 pub fn spawn_merger(
     expected: &[Source],
     stop: CancellationToken,
-) -> (
-    SourceSender,
-    mpsc::Receiver<PodUpdate>,
-    Arc<SourcesReady>,
-    Arc<Mutex<PodStorage>>,
-) {
+) -> (SourceSender, mpsc::Receiver<PodUpdate>, Arc<SourcesReady>) {
     let (src_tx, mut src_rx) = mpsc::channel::<SourceUpdate>(64);
     let (out_tx, out_rx) = mpsc::channel::<PodUpdate>(64);
     let ready = Arc::new(SourcesReady::new(expected.iter().copied()));
-    let storage = Arc::new(Mutex::new(PodStorage::default()));
-    let (r, st) = (ready.clone(), storage.clone());
+    let r = ready.clone();
+    let mut storage = PodStorage::default();
     tokio::spawn(async move {
         loop {
             let update = tokio::select! {
@@ -88,7 +83,7 @@ pub fn spawn_merger(
                 u = src_rx.recv() => match u { Some(u) => u, None => return },
             };
             let now = jiff::Timestamp::now().to_string();
-            let updates = st.lock().merge(update.source, update.pods, &now);
+            let updates = storage.merge(update.source, update.pods, &now);
             r.mark(update.source);
             for u in updates {
                 debug!(op = ?u.op, source = %u.source, pods = u.pods.len(), "Pod config update");
@@ -98,5 +93,5 @@ pub fn spawn_merger(
             }
         }
     });
-    (src_tx, out_rx, ready, storage)
+    (src_tx, out_rx, ready)
 }

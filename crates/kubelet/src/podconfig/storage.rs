@@ -237,7 +237,7 @@ mod tests {
     #[tokio::test]
     async fn merger_task_marks_sources_seen() {
         let stop = tokio_util::sync::CancellationToken::new();
-        let (tx, mut rx, ready, _) =
+        let (tx, mut rx, ready) =
             super::super::spawn_merger(&[Source::File, Source::Http], stop.clone());
         assert!(!ready.all_ready());
         tx.send(super::super::SourceUpdate {

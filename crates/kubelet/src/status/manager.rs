@@ -1,14 +1,14 @@
-//! The status manager's local, versioned cache of API pod statuses.
+//! The status manager's local cache of API pod statuses.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::PodStatus;
 use parking_lot::RwLock;
 
-/// Latest generated status per pod UID, with a version that grows on every change.
+/// Latest generated status per pod UID.
 #[derive(Default)]
 pub struct StatusManager {
-    statuses: RwLock<HashMap<String, (u64, PodStatus)>>,
+    statuses: RwLock<HashMap<String, PodStatus>>,
 }
 
 impl StatusManager {
@@ -16,7 +16,7 @@ impl StatusManager {
     /// first `startTime`. Returns true when it changed.
     pub fn set_pod_status(&self, uid: &str, mut status: PodStatus) -> bool {
         let mut map = self.statuses.write();
-        if let Some((version, old)) = map.get_mut(uid) {
+        if let Some(old) = map.get_mut(uid) {
             if old.start_time.is_some() {
                 status.start_time.clone_from(&old.start_time);
             }
@@ -34,31 +34,20 @@ impl StatusManager {
             if *old == status {
                 return false;
             }
-            *version += 1;
             *old = status;
             return true;
         }
-        map.insert(uid.to_string(), (1, status));
+        map.insert(uid.to_string(), status);
         true
     }
 
     /// The cached status of a pod.
     pub fn get_pod_status(&self, uid: &str) -> Option<PodStatus> {
-        self.statuses.read().get(uid).map(|(_, s)| s.clone())
-    }
-
-    /// How many times a pod's status changed.
-    pub fn version(&self, uid: &str) -> u64 {
-        self.statuses.read().get(uid).map_or(0, |(v, _)| *v)
+        self.statuses.read().get(uid).cloned()
     }
 
     /// Forgets a pod that is gone.
     pub fn remove(&self, uid: &str) {
         self.statuses.write().remove(uid);
-    }
-
-    /// UIDs with a status.
-    pub fn uids(&self) -> Vec<String> {
-        self.statuses.read().keys().cloned().collect()
     }
 }
