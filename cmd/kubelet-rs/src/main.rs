@@ -75,11 +75,6 @@ fn main() -> ExitCode {
     for (flag, value) in deprecated_in_use(&flags) {
         warn!(%flag, %value, "Flag is deprecated and has no effect with a CRI runtime");
     }
-    if cfg.kubeconfig.is_some() || cfg.bootstrap_kubeconfig.is_some() {
-        warn!(
-            "Cluster mode (apiserver pod source, node registration) is not implemented yet; running static pods only"
-        );
-    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

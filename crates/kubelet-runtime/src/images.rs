@@ -3,6 +3,8 @@
 //! serialized, as upstream's default `serializeImagePulls: true`.
 
 use std::sync::Arc;
+
+use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use std::time::SystemTime;
 
 use cri::ImageService;
@@ -16,6 +18,7 @@ use crate::{Error, Result};
 /// Ensures images are present before containers are created.
 pub struct ImageManager {
     images: Arc<dyn ImageService>,
+    pub(crate) recorder: Arc<dyn Recorder>,
     backoff: Backoff,
     serialize: tokio::sync::Mutex<()>,
 }
@@ -29,6 +32,7 @@ impl ImageManager {
     pub fn new(images: Arc<dyn ImageService>) -> Self {
         Self {
             images,
+            recorder: Arc::new(kubelet_types::events::NoopRecorder),
             backoff: Backoff::default(),
             serialize: tokio::sync::Mutex::new(()),
         }
@@ -50,6 +54,9 @@ impl ImageManager {
             ));
         }
         let policy = pod::image_pull_policy(c);
+        let obj = pod_ref(p, Some(&c.name));
+        let event =
+            |kind, reason: &str, message: String| self.recorder.event(&obj, kind, reason, message);
         let present = self.images.image_status(image).await.map_err(|e| {
             err(
                 "ImageInspectError",
@@ -58,6 +65,11 @@ impl ImageManager {
         })?;
         match (policy, present) {
             ("Never", None) => {
+                event(
+                    EventType::Warning,
+                    "ErrImageNeverPull",
+                    format!("Container image {image:?} is not present with pull policy of Never"),
+                );
                 return Err(err(
                     "ErrImageNeverPull",
                     format!("Container image {image:?} is not present with pull policy of Never"),
@@ -65,6 +77,11 @@ impl ImageManager {
             }
             ("Never" | "IfNotPresent", Some(img)) => {
                 debug!(image, "Container image already present on machine");
+                event(
+                    EventType::Normal,
+                    reason::PULLED,
+                    format!("Container image {image:?} already present on machine"),
+                );
                 return Ok(img.id);
             }
             _ => {}
@@ -72,6 +89,11 @@ impl ImageManager {
         let key = format!("{}_{}", pod::uid(p), image);
         if let Some(left) = self.backoff.remaining_since_update(&key, now) {
             debug!(image, ?left, "Image pull backing off");
+            event(
+                EventType::Normal,
+                reason::BACK_OFF,
+                format!("Back-off pulling image {image:?}"),
+            );
             return Err(err(
                 "ImagePullBackOff",
                 format!("Back-off pulling image {image:?}"),
@@ -85,14 +107,33 @@ impl ImageManager {
             return Ok(img.id);
         }
         info!(image, "Pulling image");
+        event(
+            EventType::Normal,
+            reason::PULLING,
+            format!("Pulling image {image:?}"),
+        );
+        let started = tokio::time::Instant::now();
         match self.images.pull_image(image, None, None).await {
             Ok(image_ref) => {
                 self.backoff.reset(&key);
                 info!(image, %image_ref, "Successfully pulled image");
+                event(
+                    EventType::Normal,
+                    reason::PULLED,
+                    format!(
+                        "Successfully pulled image {image:?} in {:?}",
+                        started.elapsed()
+                    ),
+                );
                 Ok(image_ref)
             }
             Err(e) => {
                 self.backoff.next(&key, now, now);
+                event(
+                    EventType::Warning,
+                    reason::FAILED,
+                    format!("Failed to pull image {image:?}: {}", e.message()),
+                );
                 Err(err(
                     "ErrImagePull",
                     format!("failed to pull image {image:?}: {}", e.message()),

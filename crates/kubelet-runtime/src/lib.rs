@@ -17,7 +17,7 @@ pub mod labels;
 mod manager;
 pub mod pleg;
 pub mod pod_status;
-mod quantity;
+pub mod quantity;
 mod sandbox;
 mod termination;
 

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use std::time::{Duration, SystemTime};
 
 use cri::{ImageService, RuntimeService, pb};
@@ -86,6 +88,23 @@ pub struct KubeRuntimeManager {
     cfg: RuntimeConfig,
     backoff: Backoff,
     reasons: Mutex<HashMap<(String, String), Reason>>,
+    recorder: Arc<dyn Recorder>,
+}
+
+/// A reference to a pod (or container) from runtime state, for events about stopped pods.
+fn status_ref(
+    s: &PodStatus,
+    container: Option<&str>,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(s.name.clone()),
+        namespace: Some(s.namespace.clone()),
+        uid: Some(s.uid.clone()),
+        field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+        ..Default::default()
+    }
 }
 
 fn uid_filter<T: Default>(uid: &str, make: impl FnOnce(HashMap<String, String>) -> T) -> Option<T> {
@@ -108,7 +127,15 @@ impl KubeRuntimeManager {
             cfg,
             backoff: Backoff::default(),
             reasons: Mutex::new(HashMap::new()),
+            recorder: Arc::new(kubelet_types::events::NoopRecorder),
         }
+    }
+
+    /// Sends events (Pulling, Created, Started, Killing, BackOff, ...) to `recorder`.
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.images.recorder = recorder.clone();
+        self.recorder = recorder;
+        self
     }
 
     /// The runtime service.
@@ -237,6 +264,14 @@ impl KubeRuntimeManager {
                     attempt = actions.attempt,
                     "No ready sandbox for pod; a new one will be created"
                 );
+                if !status.sandboxes.is_empty() {
+                    self.recorder.event(
+                        &pod_ref(p, None),
+                        EventType::Normal,
+                        reason::SANDBOX_CHANGED,
+                        "Pod sandbox changed, it will be killed and re-created.".into(),
+                    );
+                }
             }
             if let Err(e) = self
                 .kill_pod(status, pod::grace_period(p), actions.create_sandbox)
@@ -249,6 +284,12 @@ impl KubeRuntimeManager {
             let grace = pod::grace_period(p);
             let stops = actions.containers_to_kill.iter().map(|k| {
                 info!(container = %k.name, container.id = %k.id, "Killing container: {}", k.message);
+                self.recorder.event(
+                    &pod_ref(p, Some(&k.name)),
+                    EventType::Normal,
+                    reason::KILLING,
+                    k.message.to_string(),
+                );
                 self.stop_container(&k.id, grace)
             });
             for r in join_all(stops).await {
@@ -340,7 +381,16 @@ impl KubeRuntimeManager {
             .runtime
             .run_pod_sandbox(cfg.clone(), &self.cfg.runtime_handler)
             .await
-            .map_err(|e| Error::CreateSandbox(format!("Failed to create pod sandbox: {e}")))?;
+            .map_err(|e| {
+                let message = format!("Failed to create pod sandbox: {}", e.message());
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    message.clone(),
+                );
+                Error::CreateSandbox(message)
+            })?;
         info!(sandbox.id = %id, "Created pod sandbox");
         Ok(id)
     }
@@ -371,6 +421,16 @@ impl KubeRuntimeManager {
                 );
                 debug!(container = %c.name, ?left, "Container in crash-loop backoff");
                 self.set_reason(uid, &c.name, "CrashLoopBackOff", message.clone());
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::BACK_OFF,
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        pod::describe(p)
+                    ),
+                );
                 result.requeue(left);
                 return Err(Error::Container {
                     reason: "CrashLoopBackOff",
@@ -384,6 +444,12 @@ impl KubeRuntimeManager {
             Err(e) => {
                 if let Error::Container { reason, message } = &e {
                     self.set_reason(uid, &c.name, reason, message.clone());
+                    self.recorder.event(
+                        &pod_ref(p, Some(&c.name)),
+                        EventType::Warning,
+                        kubelet_types::events::reason::FAILED,
+                        format!("Error: {reason}"),
+                    );
                 }
                 return Err(e);
             }
@@ -417,15 +483,33 @@ impl KubeRuntimeManager {
             Err(e) => {
                 let message = e.message();
                 self.set_reason(uid, &c.name, "CreateContainerError", message.clone());
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::FAILED,
+                    format!("Error: {message}"),
+                );
                 return Err(Error::Container {
                     reason: "CreateContainerError",
                     message,
                 });
             }
         };
+        self.recorder.event(
+            &pod_ref(p, Some(&c.name)),
+            EventType::Normal,
+            reason::CREATED,
+            format!("Created container: {}", c.name),
+        );
         if let Err(e) = self.runtime.start_container(&id).await {
             let message = e.message();
             self.set_reason(uid, &c.name, "RunContainerError", message.clone());
+            self.recorder.event(
+                &pod_ref(p, Some(&c.name)),
+                EventType::Warning,
+                reason::FAILED,
+                format!("Error: {message}"),
+            );
             return Err(Error::Container {
                 reason: "RunContainerError",
                 message,
@@ -433,6 +517,12 @@ impl KubeRuntimeManager {
         }
         self.clear_reason(uid, &c.name);
         info!(container = %c.name, container.id = %id, restart_count, "Started container");
+        self.recorder.event(
+            &pod_ref(p, Some(&c.name)),
+            EventType::Normal,
+            reason::STARTED,
+            format!("Started container {}", c.name),
+        );
         Ok(())
     }
 
@@ -472,6 +562,12 @@ impl KubeRuntimeManager {
     ) -> Result<()> {
         let stops = status.live_containers().map(|c| {
             info!(container = %c.name, container.id = %c.id, ?grace, "Killing container");
+            self.recorder.event(
+                &status_ref(status, Some(&c.name)),
+                EventType::Normal,
+                reason::KILLING,
+                format!("Stopping container {}", c.name),
+            );
             self.stop_container(&c.id, grace)
         });
         for r in join_all(stops).await {

@@ -2,7 +2,7 @@
 //! CPU and memory requests and limits into CRI resources.
 
 /// CPU in millicores: "250m" -> 250, "2" -> 2000, "0.5" -> 500.
-pub(crate) fn parse_milli_cpu(q: &str) -> Option<i64> {
+pub fn parse_milli_cpu(q: &str) -> Option<i64> {
     let q = q.trim();
     if let Some(m) = q.strip_suffix('m') {
         return m.parse::<i64>().ok();
@@ -13,7 +13,7 @@ pub(crate) fn parse_milli_cpu(q: &str) -> Option<i64> {
 }
 
 /// Bytes: "128Mi", "1G", "1e6", "500k", plain integers.
-pub(crate) fn parse_bytes(q: &str) -> Option<i64> {
+pub fn parse_bytes(q: &str) -> Option<i64> {
     let q = q.trim();
     const SUFFIXES: [(&str, f64); 12] = [
         ("Ki", 1024.0),

@@ -5,6 +5,7 @@
 //! `pkg/kubelet/container/helpers.go` (container hashing, restart rules).
 
 pub mod defaults;
+pub mod events;
 pub mod labels;
 pub mod pod;
 pub mod pod_update;

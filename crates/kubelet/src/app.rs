@@ -19,15 +19,27 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::certificate::manager::CertManager;
+use crate::clock::{Clock, SystemClock};
 use crate::config::KubeletConfig;
+use crate::events::{EventRecorder, EventSink};
 use crate::healthz::{self, Health};
+use crate::kubeclient::DynamicCert;
+use crate::mirror::MirrorManager;
+use crate::nodelease::LeaseController;
+use crate::nodestatus::NodeStatusManager;
+use crate::nodestatus::machine::MachineInfo;
 use crate::pod_sync::RuntimePodSyncer;
 use crate::pod_workers::{PodWorkers, WorkQueue};
+use crate::podconfig::api::{ApiSource, MirrorPods};
 use crate::podconfig::file::{FileSource, ManifestErrors};
 use crate::podconfig::http::HttpSource;
 use crate::podconfig::spawn_merger;
 use crate::status::StatusManager;
+use crate::status::sync::StatusSync;
 use crate::sync_loop::{DesiredPods, Heartbeat, SyncLoop};
+use kubelet_types::events::{EventType, Recorder, node_ref, reason};
+use tokio::sync::watch;
 
 /// Errors that stop the kubelet from starting.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +59,68 @@ pub enum AppError {
     /// The manifest URL source cannot be set up.
     #[error("manifest URL: {0}")]
     ManifestUrl(String),
+    /// TLS bootstrap or the client certificate failed.
+    #[error("client certificate: {0}")]
+    Certificate(#[from] crate::certificate::CertError),
+    /// The apiserver client cannot be built.
+    #[error(transparent)]
+    Client(#[from] crate::kubeclient::ClientError),
+    /// Cluster mode is configured inconsistently.
+    #[error("{0}")]
+    Cluster(String),
+}
+
+/// The apiserver side of a kubelet in cluster mode.
+struct Cluster {
+    client: kube::Client,
+    cert: Arc<DynamicCert>,
+    rotate: bool,
+    recorder: Arc<EventRecorder>,
+    sink: EventSink,
+}
+
+async fn connect_cluster(cfg: &KubeletConfig) -> Result<Option<Cluster>, AppError> {
+    let Some(kubeconfig) = &cfg.kubeconfig else {
+        if cfg.bootstrap_kubeconfig.is_some() {
+            return Err(AppError::Cluster(
+                "--bootstrap-kubeconfig needs --kubeconfig: the path where the bootstrapped kubeconfig is written".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    crate::certificate::bootstrap::load_client_cert(
+        kubeconfig,
+        cfg.bootstrap_kubeconfig.as_deref(),
+        &cfg.cert_dir,
+        &cfg.node_name,
+    )
+    .await?;
+    let c = &cfg.cluster;
+    let (client, cert) =
+        crate::kubeclient::from_kubeconfig(kubeconfig, c.kube_api_qps, c.kube_api_burst).await?;
+    let current = crate::certificate::store::current_path(&cfg.cert_dir);
+    let rotate = c.rotate_certificates && cert.is_set() && current.exists();
+    let (recorder, sink) = crate::events::channel(
+        client.clone(),
+        &cfg.node_name,
+        c.event_record_qps,
+        c.event_burst,
+        Arc::new(SystemClock),
+    );
+    info!(kubeconfig = %kubeconfig.display(), "Cluster mode: using the apiserver");
+    Ok(Some(Cluster {
+        client,
+        cert,
+        rotate,
+        recorder: Arc::new(recorder),
+        sink,
+    }))
 }
 
 /// A configured, not yet running kubelet.
 pub struct App {
     cfg: KubeletConfig,
+    cluster: Option<Cluster>,
     remote: RemoteRuntime,
     manager: Arc<KubeRuntimeManager>,
     runtime_name: String,
@@ -72,6 +141,12 @@ pub struct AppHandle {
     pub health: Arc<Health>,
     /// Where `/healthz` listens.
     pub healthz_addr: Option<SocketAddr>,
+    /// Mirror pods seen in the apiserver (cluster mode).
+    pub mirror: Option<MirrorPods>,
+    /// The Node's UID once registered (cluster mode).
+    pub registered: watch::Receiver<Option<String>>,
+    /// The client certificate in use (cluster mode).
+    pub client_cert: Option<Arc<DynamicCert>>,
 }
 
 /// A running kubelet.
@@ -133,11 +208,13 @@ impl App {
             machine_memory_bytes: machine_memory(),
             runtime_handler: String::new(),
         };
-        let manager = Arc::new(KubeRuntimeManager::new(
-            Arc::new(remote.clone()),
-            Arc::new(remote.clone()),
-            rcfg,
-        ));
+        let cluster = connect_cluster(&cfg).await?;
+        let mut manager =
+            KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg);
+        if let Some(c) = &cluster {
+            manager = manager.with_recorder(c.recorder.clone());
+        }
+        let manager = Arc::new(manager);
         let healthz = if cfg.healthz_port == 0 {
             None
         } else {
@@ -162,6 +239,7 @@ impl App {
         };
         Ok(Self {
             cfg,
+            cluster,
             remote,
             manager,
             runtime_name,
@@ -182,6 +260,9 @@ impl App {
         }
         if self.http.is_some() {
             expected.push(Source::Http);
+        }
+        if self.cluster.is_some() {
+            expected.push(Source::Api);
         }
         let (src_tx, config_rx, sources_ready) = spawn_merger(&expected, stop.child_token());
 
@@ -206,6 +287,19 @@ impl App {
                     .instrument(info_span!("http_source")),
             );
         }
+        let mirror = self.cluster.as_ref().map(|c| {
+            let mirror = MirrorPods::default();
+            let src = ApiSource {
+                client: c.client.clone(),
+                node_name: cfg.node_name.clone(),
+                mirror: mirror.clone(),
+            };
+            tasks.spawn(
+                src.run(src_tx.clone(), stop.child_token())
+                    .instrument(info_span!("api_source")),
+            );
+            mirror
+        });
         drop(src_tx);
 
         let (pleg, pleg_rx) =
@@ -223,7 +317,7 @@ impl App {
             self.manager.clone(),
             status.clone(),
             self.runtime_name,
-            host_ips,
+            host_ips.clone(),
         ));
         let queue = Arc::new(WorkQueue::default());
         let workers = Arc::new(PodWorkers::new(
@@ -240,7 +334,7 @@ impl App {
             pleg: pleg.clone(),
             workers,
             queue,
-            sources_ready,
+            sources_ready: sources_ready.clone(),
             desired: desired.clone(),
             heartbeat: heartbeat.clone(),
             runtime: self.manager.clone(),
@@ -272,6 +366,102 @@ impl App {
             healthz_addr = l.local_addr().ok();
             tasks.spawn(healthz::serve(l, health.clone(), stop.child_token()));
         }
+        let (registered_tx, registered) = watch::channel(None);
+        let mut client_cert = None;
+        if let (Some(c), Some(mirror)) = (self.cluster, mirror.clone()) {
+            client_cert = Some(c.cert.clone());
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            c.recorder.event(
+                &node_ref(&cfg.node_name),
+                EventType::Normal,
+                reason::STARTING,
+                "Starting kubelet.".into(),
+            );
+            tasks.spawn(
+                c.sink
+                    .run(stop.child_token())
+                    .instrument(info_span!("events")),
+            );
+            let node_status = NodeStatusManager {
+                client: c.client.clone(),
+                node_name: cfg.node_name.clone(),
+                cfg: cfg.cluster.clone(),
+                max_pods: cfg.max_pods,
+                node_labels: cfg.node_labels.clone(),
+                taints: cfg.register_with_taints.clone(),
+                provider_id: cfg.provider_id.clone(),
+                node_ips: host_ips.clone(),
+                machine: MachineInfo::read(&cfg.root_dir),
+                runtime: Arc::new(self.remote.clone()),
+                images: Arc::new(self.remote.clone()),
+                health: health.clone(),
+                clock: clock.clone(),
+                recorder: c.recorder.clone(),
+                registered: registered_tx,
+            };
+            tasks.spawn(
+                node_status
+                    .run(stop.child_token())
+                    .instrument(info_span!("node_status")),
+            );
+            let lease = LeaseController {
+                client: c.client.clone(),
+                node_name: cfg.node_name.clone(),
+                duration_seconds: cfg.cluster.node_lease_duration_seconds,
+                clock,
+                node_uid: registered.clone(),
+            };
+            tasks.spawn(
+                lease
+                    .run(stop.child_token())
+                    .instrument(info_span!("node_lease")),
+            );
+            let sync = StatusSync {
+                client: c.client.clone(),
+                status: status.clone(),
+                desired: desired.clone(),
+                mirror: mirror.clone(),
+            };
+            tasks.spawn(
+                sync.run(stop.child_token())
+                    .instrument(info_span!("status_manager")),
+            );
+            let mirrors = MirrorManager {
+                client: c.client.clone(),
+                node_name: cfg.node_name.clone(),
+                desired: desired.clone(),
+                mirror,
+                sources_ready,
+                node_uid: registered.clone(),
+            };
+            tasks.spawn(
+                mirrors
+                    .run(stop.child_token())
+                    .instrument(info_span!("mirror_pods")),
+            );
+            if c.rotate {
+                let certs = CertManager {
+                    client: c.client.clone(),
+                    cert_dir: cfg.cert_dir.clone(),
+                    cert: c.cert.clone(),
+                    node: cfg.node_name.clone(),
+                };
+                tasks.spawn(
+                    certs
+                        .run(stop.child_token())
+                        .instrument(info_span!("certificate_manager")),
+                );
+            }
+            let mut ready = registered.clone();
+            tasks.spawn(async move {
+                if ready.wait_for(Option::is_some).await.is_ok() {
+                    notify_ready();
+                }
+            });
+        } else {
+            drop(registered_tx);
+            notify_ready();
+        }
         tasks.close();
         info!(node = %cfg.node_name, "Started kubelet");
         Running {
@@ -284,8 +474,18 @@ impl App {
                 desired,
                 health,
                 healthz_addr,
+                mirror,
+                registered,
+                client_cert,
             },
         }
+    }
+}
+
+/// Tells systemd (`Type=notify`) the kubelet is up; a no-op outside systemd.
+fn notify_ready() {
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        warn!(error = %e, "Cannot notify systemd");
     }
 }
 

@@ -10,10 +10,17 @@
 pub mod active_deadline;
 mod admission;
 mod app;
+pub mod certificate;
+pub mod clock;
 pub mod config;
+pub mod events;
 pub mod healthz;
+pub mod kubeclient;
 pub mod logging;
+pub mod mirror;
 pub mod node_ip;
+pub mod nodelease;
+pub mod nodestatus;
 pub mod pod_sync;
 pub mod pod_workers;
 pub mod podconfig;

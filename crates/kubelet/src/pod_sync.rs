@@ -12,7 +12,7 @@ use tracing::info;
 
 use crate::active_deadline;
 use crate::pod_workers::{PodSyncer, SyncOutcome};
-use crate::status::{StatusManager, generate_api_pod_status};
+use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
 
 /// Syncs pods on a CRI runtime and records their status.
 pub struct RuntimePodSyncer {
@@ -42,6 +42,12 @@ impl RuntimePodSyncer {
         let uid = pod::uid(p);
         let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
         let api = generate_api_pod_status(p, rs, &waiting, &self.runtime_name, &self.host_ips);
+        if let Some(old) = self.status.get_pod_status(uid)
+            && let Err(e) = check_container_state_transition(&old, &api, pod::restart_policy(p))
+        {
+            tracing::error!(error = %e, "Refusing pod status update");
+            return;
+        }
         self.status.set_pod_status(uid, api);
     }
 }
@@ -149,6 +155,7 @@ impl PodSyncer for RuntimePodSyncer {
                 .await
                 .map_err(|e| e.to_string())?;
             self.record(p, &status);
+            self.status.mark_terminated(uid);
             info!("Pod stopped");
         }
         Ok(())

@@ -168,6 +168,24 @@ pub struct Flags {
     /// Serving key.
     #[arg(long)]
     pub tls_private_key_file: Option<String>,
+    /// How often the node status is computed (nodeStatusUpdateFrequency, e.g. 10s).
+    #[arg(long)]
+    pub node_status_update_frequency: Option<String>,
+    /// Requests per second to the apiserver (kubeAPIQPS).
+    #[arg(long)]
+    pub kube_api_qps: Option<f64>,
+    /// Burst of requests to the apiserver (kubeAPIBurst).
+    #[arg(long)]
+    pub kube_api_burst: Option<i32>,
+    /// Events per second (eventRecordQPS).
+    #[arg(long)]
+    pub event_qps: Option<f64>,
+    /// Burst of events (eventBurst).
+    #[arg(long)]
+    pub event_burst: Option<i32>,
+    /// Port of the kubelet API, reported in the Node's daemonEndpoints.
+    #[arg(long)]
+    pub port: Option<i32>,
     /// cgroups of the container runtime.
     #[arg(long, hide = true)]
     pub runtime_cgroups: Option<String>,

@@ -2,6 +2,7 @@
 //! [`KubeletConfig`] with upstream precedence (explicit flags > file >
 //! defaults, a zero value in the file meaning "default"), then validated.
 
+pub mod cluster;
 mod duration;
 mod file;
 mod flags;
@@ -11,6 +12,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use cluster::ClusterConfig;
 pub use duration::parse_go_duration;
 pub use file::{FileError, KubeletConfiguration};
 pub use flags::{Flags, deprecated_in_use};
@@ -92,6 +94,8 @@ pub struct KubeletConfig {
     pub feature_gates: BTreeMap<String, bool>,
     /// klog verbosity.
     pub verbosity: u8,
+    /// Cluster-mode settings.
+    pub cluster: ClusterConfig,
 }
 
 /// A configuration value that is not allowed.
@@ -449,10 +453,12 @@ impl KubeletConfig {
             node_ips,
             node_labels,
             register_with_taints,
-            provider_id: nonempty(flags.provider_id.clone()),
+            provider_id: nonempty(flags.provider_id.clone())
+                .or_else(|| nonempty(f.provider_id.clone())),
             pod_infra_container_image: nonempty(flags.pod_infra_container_image.clone()),
             feature_gates,
             verbosity,
+            cluster: cluster::resolve(flags, f)?,
         };
         cri::endpoint_path(&cfg.container_runtime_endpoint).map_err(|e| {
             invalid(

@@ -8,6 +8,7 @@
 //! [`SourcesReady`] tells the sync loop when every configured source has
 //! reported once: no orphan is cleaned up before that.
 
+pub mod api;
 pub mod file;
 pub mod http;
 mod manifest;

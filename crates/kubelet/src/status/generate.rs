@@ -231,6 +231,12 @@ pub fn generate_api_pod_status(
     };
     let conditions = vec![
         condition(
+            "PodReadyToStartContainers",
+            status.has_ready_sandbox(),
+            None,
+            &now,
+        ),
+        condition(
             "Initialized",
             initialized || terminal,
             Some("ContainersNotInitialized"),
@@ -240,6 +246,36 @@ pub fn generate_api_pod_status(
         condition("ContainersReady", ready, Some(not_ready_reason), &now),
         condition("PodScheduled", true, None, &now),
     ];
+    let mut conditions = conditions;
+    // Upstream names the containers holding a condition back.
+    let unready: Vec<&str> = app
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let incomplete: Vec<&str> = init
+        .iter()
+        .filter(|s| {
+            s.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_none_or(|t| t.exit_code != 0)
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    for c in conditions.iter_mut().filter(|c| c.status == "False") {
+        c.message = match c.type_.as_str() {
+            "Ready" | "ContainersReady" if !terminal && !unready.is_empty() => Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+            "Initialized" if !incomplete.is_empty() => Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
+            _ => None,
+        };
+    }
     let host: Vec<String> = host_ips.iter().map(ToString::to_string).collect();
     // Host-network pods have the node's addresses (upstream).
     let pod_ips = if pod::host_network(p) {

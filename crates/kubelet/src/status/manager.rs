@@ -1,14 +1,60 @@
-//! The status manager's local cache of API pod statuses.
+//! The status manager's local cache of API pod statuses (upstream
+//! `status_manager.go` `SetPodStatus`, `TerminatePod`, `checkContainerStateTransition`).
+//! Changes mark the pod dirty and wake the API sync ([`super::sync`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::PodStatus;
-use parking_lot::RwLock;
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use kubelet_types::pod::RestartPolicy;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
 
 /// Latest generated status per pod UID.
 #[derive(Default)]
 pub struct StatusManager {
     statuses: RwLock<HashMap<String, PodStatus>>,
+    dirty: Mutex<HashSet<String>>,
+    terminated: Mutex<HashSet<String>>,
+    notify: Notify,
+}
+
+/// Refuses a status in which a container that must not restart went from
+/// terminated back to running (upstream `checkContainerStateTransition`).
+pub fn check_container_state_transition(
+    old: &PodStatus,
+    new: &PodStatus,
+    policy: RestartPolicy,
+) -> Result<(), String> {
+    if policy == RestartPolicy::Always {
+        return Ok(());
+    }
+    let lists = [
+        (&old.container_statuses, &new.container_statuses),
+        (&old.init_container_statuses, &new.init_container_statuses),
+    ];
+    for (olds, news) in lists {
+        for o in olds.iter().flatten() {
+            let Some(t) = terminated(o) else { continue };
+            if policy == RestartPolicy::OnFailure && t.exit_code != 0 {
+                continue;
+            }
+            if let Some(n) = news.iter().flatten().find(|n| n.name == o.name)
+                && terminated(n).is_none()
+            {
+                return Err(format!(
+                    "terminated container {} attempted illegal transition to non-terminated state",
+                    o.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn terminated(
+    s: &ContainerStatus,
+) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    s.state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
 impl StatusManager {
@@ -35,10 +81,41 @@ impl StatusManager {
                 return false;
             }
             *old = status;
-            return true;
+        } else {
+            map.insert(uid.to_string(), status);
         }
-        map.insert(uid.to_string(), status);
+        drop(map);
+        self.dirty.lock().insert(uid.to_string());
+        self.notify.notify_one();
         true
+    }
+
+    /// Records that the pod's containers were stopped for good (upstream
+    /// `TerminatePod`), so a deleted pod's object may be removed.
+    pub fn mark_terminated(&self, uid: &str) {
+        self.terminated.lock().insert(uid.to_string());
+        self.dirty.lock().insert(uid.to_string());
+        self.notify.notify_one();
+    }
+
+    /// Whether [`Self::mark_terminated`] was called for the pod.
+    pub fn is_terminated(&self, uid: &str) -> bool {
+        self.terminated.lock().contains(uid)
+    }
+
+    /// Pods whose status changed since the last call.
+    pub fn take_dirty(&self) -> Vec<String> {
+        self.dirty.lock().drain().collect()
+    }
+
+    /// Pods with a status.
+    pub fn uids(&self) -> Vec<String> {
+        self.statuses.read().keys().cloned().collect()
+    }
+
+    /// Resolves when some status changed.
+    pub async fn changed(&self) {
+        self.notify.notified().await;
     }
 
     /// The cached status of a pod.
@@ -49,5 +126,6 @@ impl StatusManager {
     /// Forgets a pod that is gone.
     pub fn remove(&self, uid: &str) {
         self.statuses.write().remove(uid);
+        self.terminated.lock().remove(uid);
     }
 }

@@ -1,0 +1,124 @@
+//! CSR approval and signing as kube-controller-manager does it for kubelets:
+//! the `csrapproving` controller approves `kubernetes.io/kube-apiserver-client-kubelet`
+//! requests only when they look exactly like a kubelet client certificate
+//! (upstream `pkg/apis/certificates/helpers.go` `IsKubeletClientCSR`), and the
+//! signer issues the certificate for approved requests.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::Shared;
+use crate::pki::csr_subject;
+
+/// The kubelet client signer.
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+
+fn request_pem(obj: &Value) -> Option<String> {
+    let b64 = obj.pointer("/spec/request").and_then(Value::as_str)?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// Why a CSR is not a kubelet client request, if it is not.
+pub fn kubelet_client_problem(obj: &Value) -> Option<String> {
+    if obj.pointer("/spec/signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+        return Some("signerName is not kubernetes.io/kube-apiserver-client-kubelet".into());
+    }
+    let Some(pem) = request_pem(obj) else {
+        return Some("spec.request is not a base64 PEM".into());
+    };
+    let subject = match csr_subject(&pem) {
+        Ok(s) => s,
+        Err(e) => return Some(format!("invalid request: {e}")),
+    };
+    if subject.organizations != ["system:nodes"] {
+        return Some(format!(
+            "organization must be exactly [system:nodes], got {:?}",
+            subject.organizations
+        ));
+    }
+    if !subject.common_name.starts_with("system:node:") {
+        return Some(format!(
+            "common name must start with system:node:, got {:?}",
+            subject.common_name
+        ));
+    }
+    if subject.has_sans {
+        return Some("subject alternative names are not allowed".into());
+    }
+    let mut usages: Vec<&str> = obj
+        .pointer("/spec/usages")
+        .and_then(Value::as_array)
+        .map(|u| u.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    usages.sort_unstable();
+    if usages != ["client auth", "digital signature", "key encipherment"] {
+        return Some(format!(
+            "usages must be exactly digital signature, key encipherment, client auth; got {usages:?}"
+        ));
+    }
+    None
+}
+
+/// On create: approves kubelet client requests from bootstrappers (nodeclient)
+/// and from the node itself (selfnodeclient), then signs them.
+pub fn auto_approve(shared: &Shared, obj: &mut Value) {
+    if !shared.options.auto_approve || kubelet_client_problem(obj).is_some() {
+        return;
+    }
+    let groups: Vec<&str> = obj
+        .pointer("/spec/groups")
+        .and_then(Value::as_array)
+        .map(|g| g.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let user = obj
+        .pointer("/spec/username")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let cn = request_pem(obj)
+        .and_then(|p| csr_subject(&p).ok())
+        .map(|s| s.common_name)
+        .unwrap_or_default();
+    let bootstrapper = groups.contains(&"system:bootstrappers");
+    let self_renewal = groups.contains(&"system:nodes") && user == cn;
+    if !(bootstrapper || self_renewal) {
+        return;
+    }
+    obj["status"]["conditions"] = json!([{
+        "type": "Approved", "status": "True", "reason": "AutoApproved",
+        "message": "Auto approving kubelet client certificate after SubjectAccessReview.",
+        "lastUpdateTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    }]);
+    sign_if_approved(shared, obj);
+}
+
+/// Issues the certificate of an approved kubelet client request.
+pub fn sign_if_approved(shared: &Shared, obj: &mut Value) {
+    let approved = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Approved" && c["status"] == "True")
+                && !c.iter().any(|c| c["type"] == "Denied")
+        });
+    if !approved || obj.pointer("/status/certificate").is_some() {
+        return;
+    }
+    if obj.pointer("/spec/signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+        return;
+    }
+    let Some(pem) = request_pem(obj) else { return };
+    let lifetime = *shared.cert_lifetime.read();
+    match shared.ca.sign_client_csr(&pem, lifetime) {
+        Ok(cert) => {
+            obj["status"]["certificate"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(cert.as_bytes()));
+        }
+        Err(e) => {
+            if let Some(c) = obj["status"]["conditions"].as_array_mut() {
+                c.push(json!({"type": "Failed", "status": "True", "reason": "SignerValidationFailure", "message": e.to_string()}));
+            }
+        }
+    }
+}

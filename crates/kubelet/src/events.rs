@@ -1,0 +1,183 @@
+//! Writing events to the apiserver (client-go's event broadcaster as the
+//! kubelet configures it): core/v1 `Event` objects, pod events in the pod's
+//! namespace and node events in `default`; a bounded queue that drops when
+//! full (never blocks a pod worker); the correlator that turns a repeat of the
+//! same event into a PATCH of `count` and `lastTimestamp`; and a token bucket
+//! with `eventRecordQPS`/`eventBurst`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubelet_types::events::{EventType, Recorder};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::clock::Clock;
+use crate::kubeclient::TokenBucket;
+
+/// Upstream `maxQueuedEvents`.
+pub const QUEUE: usize = 1000;
+/// Correlation cache size (upstream `maxLruCacheEntries`).
+const CACHE: usize = 4096;
+
+struct Pending {
+    object: ObjectReference,
+    kind: EventType,
+    reason: String,
+    message: String,
+}
+
+/// What makes two events the same: object uid, fieldPath, reason, message, type.
+type EventKey = (String, String, String, String, &'static str);
+
+/// The recorder handed to the rest of the kubelet.
+#[derive(Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl Recorder for EventRecorder {
+    fn event(&self, object: &ObjectReference, kind: EventType, reason: &str, message: String) {
+        let p = Pending {
+            object: object.clone(),
+            kind,
+            reason: reason.to_string(),
+            message,
+        };
+        if self.tx.try_send(p).is_err() {
+            debug!(reason, "Event queue full; dropping event");
+        }
+    }
+}
+
+/// Writes queued events.
+pub struct EventSink {
+    client: Client,
+    node_name: String,
+    limiter: TokenBucket,
+    clock: Arc<dyn Clock>,
+    rx: mpsc::Receiver<Pending>,
+    /// (object uid, fieldPath, reason, message, type) -> (namespace, event name, count).
+    seen: HashMap<EventKey, (String, String, i32)>,
+}
+
+/// A recorder and the sink that drains it.
+pub fn channel(
+    client: Client,
+    node_name: &str,
+    qps: f64,
+    burst: u32,
+    clock: Arc<dyn Clock>,
+) -> (EventRecorder, EventSink) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    (
+        EventRecorder { tx },
+        EventSink {
+            client,
+            node_name: node_name.to_string(),
+            limiter: TokenBucket::new(qps, burst),
+            clock,
+            rx,
+            seen: HashMap::new(),
+        },
+    )
+}
+
+impl EventSink {
+    fn build(&self, p: &Pending, now: &jiff::Timestamp) -> Event {
+        let namespace = p
+            .object
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        let name = format!(
+            "{}.{:x}",
+            p.object.name.clone().unwrap_or_default(),
+            now.as_nanosecond()
+        );
+        Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace),
+                ..Default::default()
+            },
+            involved_object: p.object.clone(),
+            reason: Some(p.reason.clone()),
+            message: Some(p.message.clone()),
+            source: Some(EventSource {
+                component: Some("kubelet".into()),
+                host: Some(self.node_name.clone()),
+            }),
+            first_timestamp: Some(Time(*now)),
+            last_timestamp: Some(Time(*now)),
+            count: Some(1),
+            type_: Some(p.kind.as_str().to_string()),
+            event_time: None::<MicroTime>,
+            reporting_component: Some("kubelet".into()),
+            reporting_instance: Some(self.node_name.clone()),
+            ..Default::default()
+        }
+    }
+
+    async fn write(&mut self, p: Pending) {
+        self.limiter.acquire().await;
+        let now = self.clock.now();
+        let key = (
+            p.object.uid.clone().unwrap_or_default(),
+            p.object.field_path.clone().unwrap_or_default(),
+            p.reason.clone(),
+            p.message.clone(),
+            p.kind.as_str(),
+        );
+        if let Some((ns, name, count)) = self.seen.get(&key).cloned() {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+            let body = serde_json::json!({"count": count + 1, "lastTimestamp": Time(now), "message": p.message});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+            {
+                Ok(_) => {
+                    self.seen.insert(key, (ns, name, count + 1));
+                    return;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.seen.remove(&key);
+                }
+                Err(e) => {
+                    warn!(reason = %p.reason, error = %e, "Unable to update event");
+                    return;
+                }
+            }
+        }
+        let ev = self.build(&p, &now);
+        let ns = ev.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        match api.create(&PostParams::default(), &ev).await {
+            Ok(created) => {
+                if self.seen.len() >= CACHE {
+                    self.seen.clear();
+                }
+                self.seen
+                    .insert(key, (ns, created.metadata.name.unwrap_or_default(), 1));
+            }
+            Err(e) => warn!(reason = %p.reason, error = %e, "Unable to write event"),
+        }
+    }
+
+    /// Drains the queue until `stop`.
+    pub async fn run(mut self, stop: CancellationToken) {
+        loop {
+            let p = tokio::select! {
+                () = stop.cancelled() => return,
+                p = self.rx.recv() => match p { Some(p) => p, None => return },
+            };
+            self.write(p).await;
+        }
+    }
+}

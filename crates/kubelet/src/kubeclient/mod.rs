@@ -1,0 +1,172 @@
+//! The apiserver client (upstream `buildKubeletClientConfig` /
+//! `kubeClientConfigOverrides`): a kube-rs [`Client`] from a kubeconfig, over
+//! rustls, with the client certificate behind a [`DynamicCert`] so rotation
+//! needs no restart, and client-side rate limiting (`kubeAPIQPS`/`kubeAPIBurst`).
+
+pub mod dynamic_cert;
+pub mod rate_limit;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use secrecy::ExposeSecret;
+use tower::ServiceBuilder;
+
+pub use dynamic_cert::{DynamicCert, certified_key};
+pub use rate_limit::TokenBucket;
+
+/// Why a client cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig cannot be read.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// TLS or client setup failed.
+    #[error("apiserver client: {0}")]
+    Setup(String),
+}
+
+/// The cluster and credentials of a kubeconfig, read once.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The kube-rs config (server, CA, token).
+    pub config: Config,
+    /// Client certificate and key PEM, if the user has one.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn read_pem(
+    data: Option<&str>,
+    file: Option<&str>,
+    base: &Path,
+) -> Result<Option<Vec<u8>>, String> {
+    if let Some(d) = data {
+        return base64::engine::general_purpose::STANDARD
+            .decode(d.trim())
+            .map(Some)
+            .map_err(|e| format!("bad base64: {e}"));
+    }
+    match file {
+        Some(f) => {
+            let p = base.join(f);
+            std::fs::read(&p)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", p.display()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Reads a kubeconfig: cluster, CA and the user's credentials.
+pub async fn load(path: &Path) -> Result<Loaded, ClientError> {
+    let err = |message: String| ClientError::Kubeconfig {
+        path: path.to_path_buf(),
+        message,
+    };
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let base = path.parent().unwrap_or(Path::new("/"));
+    let a = &config.auth_info;
+    let cert = read_pem(
+        a.client_certificate_data.as_deref(),
+        a.client_certificate.as_deref(),
+        base,
+    )
+    .map_err(err)?;
+    let key_data = a
+        .client_key_data
+        .as_ref()
+        .map(|s| s.expose_secret().to_string());
+    let key = read_pem(key_data.as_deref(), a.client_key.as_deref(), base).map_err(err)?;
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                "client certificate and key must be given together".into()
+            ));
+        }
+    };
+    Ok(Loaded { config, identity })
+}
+
+/// Builds a client for `loaded`, presenting whatever `cert` holds.
+pub fn build(
+    loaded: &Loaded,
+    cert: Arc<DynamicCert>,
+    limiter: Arc<TokenBucket>,
+) -> Result<Client, ClientError> {
+    let mut config = loaded.config.clone();
+    // The identity comes from the resolver, not from the static config.
+    config.auth_info.client_certificate = None;
+    config.auth_info.client_certificate_data = None;
+    config.auth_info.client_key = None;
+    config.auth_info.client_key_data = None;
+    config.connect_timeout = Some(Duration::from_secs(10));
+    let mut tls = config
+        .rustls_client_config()
+        .map_err(|e| ClientError::Setup(e.to_string()))?;
+    tls.client_auth_cert_resolver = cert;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    let hyper: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let limited = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let hyper = hyper.clone();
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire().await;
+            hyper.request(req).await.map_err(tower::BoxError::from)
+        }
+    });
+    let auth = config
+        .auth_layer()
+        .map_err(|e| ClientError::Setup(e.to_string()))?;
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(auth)
+        .service(limited);
+    Ok(Client::new(service, config.default_namespace.clone()))
+}
+
+/// Loads a kubeconfig and builds a client with its own identity.
+pub async fn from_kubeconfig(
+    path: &Path,
+    qps: f64,
+    burst: u32,
+) -> Result<(Client, Arc<DynamicCert>), ClientError> {
+    let loaded = load(path).await?;
+    let cert = Arc::new(DynamicCert::default());
+    if let Some((c, k)) = &loaded.identity {
+        cert.set(certified_key(c, k).map_err(|e| ClientError::Kubeconfig {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?);
+    }
+    let client = build(
+        &loaded,
+        cert.clone(),
+        Arc::new(TokenBucket::new(qps, burst)),
+    )?;
+    Ok((client, cert))
+}

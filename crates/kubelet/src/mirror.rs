@@ -1,0 +1,168 @@
+//! Mirror pods (upstream `pkg/kubelet/pod/mirror_client.go` and the mirror pod
+//! handling of `syncPod` / `HandlePodCleanups`), as a level-triggered
+//! reconciler: every static pod has a mirror pod `<name>-<node>` annotated
+//! `kubernetes.io/config.mirror: <config hash>` and owned by the Node; a
+//! mirror pod that is deleted is recreated, one whose hash no longer matches
+//! its static pod is replaced, and one without a static pod is deleted (only
+//! once every source has reported).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kubelet_types::{labels, pod};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::podconfig::SourcesReady;
+use crate::podconfig::api::MirrorPods;
+use crate::sync_loop::DesiredPods;
+
+/// How often the reconciler looks even without a change notification.
+pub const PERIOD: Duration = Duration::from_secs(2);
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn is_static(p: &Pod) -> bool {
+    matches!(annotation(p, labels::CONFIG_SOURCE), Some("file" | "http"))
+}
+
+/// The mirror pod of a static pod (upstream `CreateMirrorPod`).
+pub fn mirror_of(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
+    let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotation(static_pod, labels::CONFIG_HASH)
+        .unwrap_or(pod::uid(static_pod))
+        .to_string();
+    annotations.insert(labels::CONFIG_MIRROR.to_string(), hash);
+    Pod {
+        metadata: ObjectMeta {
+            name: static_pod.metadata.name.clone(),
+            namespace: static_pod.metadata.namespace.clone(),
+            labels: static_pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node_name.to_string(),
+                uid: node_uid.to_string(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: static_pod.spec.clone(),
+        status: None,
+    }
+}
+
+/// Keeps mirror pods in line with static pods.
+pub struct MirrorManager {
+    /// Client.
+    pub client: Client,
+    /// Node name.
+    pub node_name: String,
+    /// Pods the sources want.
+    pub desired: DesiredPods,
+    /// Mirror pods the apiserver has.
+    pub mirror: MirrorPods,
+    /// Whether every source reported.
+    pub sources_ready: Arc<SourcesReady>,
+    /// The Node's UID once registered.
+    pub node_uid: watch::Receiver<Option<String>>,
+}
+
+impl MirrorManager {
+    async fn delete(&self, m: &Pod) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod::namespace(m));
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(pod::uid(m).to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(pod::name(m), &dp).await {
+            Ok(_) => info!(pod = %pod::describe(m), "Deleted mirror pod"),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => warn!(pod = %pod::describe(m), error = %e, "Failed deleting mirror pod"),
+        }
+    }
+
+    async fn create(&self, static_pod: &Pod, node_uid: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod::namespace(static_pod));
+        let m = mirror_of(static_pod, &self.node_name, node_uid);
+        match api.create(&PostParams::default(), &m).await {
+            Ok(_) => info!(pod = %pod::describe(static_pod), "Created mirror pod"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                warn!(pod = %pod::describe(static_pod), error = %e, "Failed creating a mirror pod")
+            }
+        }
+    }
+
+    /// One pass.
+    pub async fn reconcile(&self) {
+        let Some(node_uid) = self.node_uid.borrow().clone() else {
+            return;
+        };
+        let statics: Vec<Arc<Pod>> = self
+            .desired
+            .read()
+            .values()
+            .filter(|p| is_static(p) && p.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect();
+        for sp in &statics {
+            let hash = annotation(sp, labels::CONFIG_HASH).unwrap_or(pod::uid(sp));
+            match self.mirror.get(&pod::full_name(sp)) {
+                Some(m)
+                    if annotation(&m, labels::CONFIG_MIRROR) == Some(hash)
+                        && m.metadata.deletion_timestamp.is_none() => {}
+                Some(m) => {
+                    info!(pod = %pod::describe(sp), "Mirror pod is outdated; replacing it");
+                    self.delete(&m).await;
+                    self.create(sp, &node_uid).await;
+                }
+                None => self.create(sp, &node_uid).await,
+            }
+        }
+        if !self.sources_ready.all_ready() {
+            return;
+        }
+        for m in self.mirror.all() {
+            let full = pod::full_name(&m);
+            if !statics.iter().any(|sp| pod::full_name(sp) == full)
+                && m.metadata.deletion_timestamp.is_none()
+            {
+                info!(pod = %pod::describe(&m), "Deleting orphaned mirror pod");
+                self.delete(&m).await;
+            }
+        }
+    }
+
+    /// Runs until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut changed = self.mirror.subscribe();
+        let mut tick = tokio::time::interval(PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = changed.changed() => {}
+                _ = tick.tick() => {}
+            }
+            self.reconcile().await;
+        }
+    }
+}

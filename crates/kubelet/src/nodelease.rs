@@ -1,0 +1,144 @@
+//! The node lease heartbeat (upstream `k8s.io/component-helpers/apimachinery/lease`
+//! controller as the kubelet runs it): `kube-node-lease/<node>` with
+//! `leaseDurationSeconds` (40) and a renew every quarter of it (10s), by GET +
+//! PUT with the read resourceVersion (optimistic concurrency). It runs on its
+//! own task, so a slow node status patch never lets the lease expire. The
+//! lease is owned by the Node once the Node's UID is known.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::clock::Clock;
+
+/// Namespace of node leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Upstream `maxUpdateRetries`.
+const MAX_UPDATE_RETRIES: usize = 5;
+/// Upstream `maxBackoff` after repeated failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(7);
+
+/// Renews the node lease.
+pub struct LeaseController {
+    /// Client.
+    pub client: Client,
+    /// Node name (lease name and holder).
+    pub node_name: String,
+    /// `nodeLeaseDurationSeconds`.
+    pub duration_seconds: i32,
+    /// Wall clock for `renewTime`.
+    pub clock: Arc<dyn Clock>,
+    /// The Node's UID once registered.
+    pub node_uid: watch::Receiver<Option<String>>,
+}
+
+impl LeaseController {
+    /// The renew period: a quarter of the lease duration.
+    pub fn renew_interval(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.duration_seconds.max(4)).unwrap_or(40)) / 4
+    }
+
+    fn desired(&self, mut lease: Lease) -> Lease {
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(self.node_name.clone());
+        spec.lease_duration_seconds = Some(self.duration_seconds);
+        spec.renew_time = Some(MicroTime(self.clock.now()));
+        if let Some(uid) = self.node_uid.borrow().clone() {
+            let owned = lease
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|r| r.uid == uid));
+            if !owned {
+                lease.metadata.owner_references = Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: self.node_name.clone(),
+                    uid,
+                    ..Default::default()
+                }]);
+            }
+        }
+        lease
+    }
+
+    /// One heartbeat: get-or-create, then update with retries on conflict.
+    pub async fn renew(&self) -> Result<Lease, kube::Error> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let conflict = |e: kube::Error| match e {
+                kube::Error::Api(s) if s.code == 409 && attempt < MAX_UPDATE_RETRIES => Ok(()),
+                other => Err(other),
+            };
+            let current = match api.get_opt(&self.node_name).await? {
+                Some(l) => l,
+                None => {
+                    let mut fresh = Lease::default();
+                    fresh.metadata.name = Some(self.node_name.clone());
+                    fresh.metadata.namespace = Some(LEASE_NAMESPACE.into());
+                    match api
+                        .create(&PostParams::default(), &self.desired(fresh))
+                        .await
+                    {
+                        Ok(l) => return Ok(l),
+                        Err(e) => {
+                            conflict(e)?;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match api
+                .replace(
+                    &self.node_name,
+                    &PostParams::default(),
+                    &self.desired(current),
+                )
+                .await
+            {
+                Ok(l) => return Ok(l),
+                Err(e) => {
+                    conflict(e)?;
+                    debug!("Lease update conflict; retrying");
+                }
+            }
+        }
+    }
+
+    /// Renews every quarter of the lease duration until `stop`; after a failure,
+    /// retries sooner with backoff (200ms doubling to 7s), as upstream.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let wait = match tokio::time::timeout(self.renew_interval(), self.renew()).await {
+                Ok(Ok(_)) => {
+                    backoff = Duration::from_millis(200);
+                    self.renew_interval()
+                }
+                Ok(Err(e)) => {
+                    warn!(error = %e, "Failed to update lease");
+                    let b = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    b
+                }
+                Err(_) => {
+                    warn!("Lease update timed out");
+                    Duration::ZERO
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The apiserver pod source (upstream `pkg/kubelet/config/apiserver.go`): a
+//! watch of pods with `spec.nodeName=<node>` (kube-runtime's watcher: list,
+//! watch from the list's resourceVersion, relist on 410 Gone, backoff on
+//! errors) kept in a store that sends a full SET snapshot on every change
+//! (upstream `UndeltaStore`).
+//!
+//! Mirror pods are bound to the node too, but they are the apiserver's view of
+//! static pods, never pods to run: they go to [`MirrorPods`] instead.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use kubelet_types::{Source, labels, pod};
+use parking_lot::RwLock;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{SourceSender, SourceUpdate};
+
+/// Mirror pods seen in the apiserver, by pod full name (`name_namespace`).
+#[derive(Clone, Default)]
+pub struct MirrorPods {
+    pods: Arc<RwLock<HashMap<String, Pod>>>,
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl MirrorPods {
+    /// The mirror pod of a static pod's full name.
+    pub fn get(&self, full_name: &str) -> Option<Pod> {
+        self.pods.read().get(full_name).cloned()
+    }
+
+    /// All mirror pods.
+    pub fn all(&self) -> Vec<Pod> {
+        self.pods.read().values().cloned().collect()
+    }
+
+    /// Replaces the set (from the watch).
+    pub fn replace(&self, pods: HashMap<String, Pod>) {
+        let differs = *self.pods.read() != pods;
+        if differs {
+            *self.pods.write() = pods;
+            self.changed.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// Notified whenever the set changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// Whether a pod object is a mirror pod.
+pub fn is_mirror(p: &Pod) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(labels::CONFIG_MIRROR))
+}
+
+/// Watches this node's pods.
+pub struct ApiSource {
+    /// Client.
+    pub client: Client,
+    /// Node name.
+    pub node_name: String,
+    /// Where mirror pods go.
+    pub mirror: MirrorPods,
+}
+
+impl ApiSource {
+    fn publish(&self, store: &HashMap<String, Pod>) -> SourceUpdate {
+        let mut pods = vec![];
+        let mut mirrors = HashMap::new();
+        for p in store.values() {
+            if is_mirror(p) {
+                mirrors.insert(pod::full_name(p), p.clone());
+            } else {
+                pods.push(p.clone());
+            }
+        }
+        self.mirror.replace(mirrors);
+        SourceUpdate {
+            source: Source::Api,
+            pods,
+        }
+    }
+
+    /// Runs until `stop`; pods keep running whatever the apiserver does.
+    pub async fn run(self, tx: SourceSender, stop: CancellationToken) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let cfg = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name));
+        let stream = watcher::watcher(api, cfg).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut store: HashMap<String, Pod> = HashMap::new();
+        let mut pending: Option<HashMap<String, Pod>> = None;
+        let mut healthy = true;
+        loop {
+            let ev = tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                ev = stream.next() => match ev { Some(ev) => ev, None => return },
+            };
+            let changed = match ev {
+                Ok(Event::Init) => {
+                    pending = Some(HashMap::new());
+                    false
+                }
+                Ok(Event::InitApply(p)) => {
+                    if let Some(m) = pending.as_mut() {
+                        m.insert(pod::uid(&p).to_string(), p);
+                    }
+                    false
+                }
+                Ok(Event::InitDone) => {
+                    store = pending.take().unwrap_or_default();
+                    info!(pods = store.len(), "Listed pods bound to this node");
+                    true
+                }
+                Ok(Event::Apply(p)) => {
+                    store.insert(pod::uid(&p).to_string(), p);
+                    true
+                }
+                Ok(Event::Delete(p)) => store.remove(pod::uid(&p)).is_some(),
+                Err(e) => {
+                    if healthy {
+                        warn!(error = %e, "Pod watch failed; pods keep running, retrying with backoff");
+                    } else {
+                        debug!(error = %e, "Pod watch still failing");
+                    }
+                    healthy = false;
+                    continue;
+                }
+            };
+            if !healthy {
+                info!("Pod watch recovered");
+                healthy = true;
+            }
+            if changed && tx.send(self.publish(&store)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
