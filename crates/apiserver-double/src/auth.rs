@@ -11,6 +11,8 @@ pub struct Identity {
     pub user: String,
     /// Groups (always including `system:authenticated`).
     pub groups: Vec<String>,
+    /// Serial number of the client certificate, if that is how the user authenticated.
+    pub serial: Option<String>,
 }
 
 impl Identity {
@@ -23,6 +25,7 @@ impl Identity {
         Self {
             user: user.into(),
             groups,
+            serial: None,
         }
     }
 

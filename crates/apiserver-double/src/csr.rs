@@ -110,7 +110,10 @@ pub fn sign_if_approved(shared: &Shared, obj: &mut Value) {
     }
     let Some(pem) = request_pem(obj) else { return };
     let lifetime = *shared.cert_lifetime.read();
-    match shared.ca.sign_client_csr(&pem, lifetime) {
+    match shared
+        .ca
+        .sign_client_csr(&pem, lifetime, shared.options.backdate)
+    {
         Ok(cert) => {
             obj["status"]["certificate"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(cert.as_bytes()));

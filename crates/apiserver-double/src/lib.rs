@@ -78,6 +78,8 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Watch history kept (events).
     pub history_limit: usize,
+    /// How far back issued certificates start (upstream's signer: 5 minutes).
+    pub backdate: Duration,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             auto_approve: true,
             bookmark_interval: Duration::from_secs(60),
             history_limit: 10_000,
+            backdate: Duration::from_secs(300),
         }
     }
 }
@@ -102,6 +105,8 @@ pub struct Request {
     pub query: String,
     /// Authenticated user, if any.
     pub user: Option<String>,
+    /// Serial of the client certificate used, if any.
+    pub serial: Option<String>,
     /// Content type.
     pub content_type: String,
     /// When it arrived (tokio time: virtual under paused time).
@@ -143,6 +148,7 @@ impl Shared {
             path: req.uri().path().to_string(),
             query: req.uri().query().unwrap_or("").to_string(),
             user: who.map(|w| w.user.clone()),
+            serial: who.and_then(|w| w.serial.clone()),
             content_type,
             at: tokio::time::Instant::now(),
         });
@@ -359,9 +365,12 @@ async fn connection(shared: Arc<Shared>, acceptor: TlsAcceptor, tcp: tokio::net:
         .peer_certificates()
         .and_then(|c| c.first())
         .and_then(|c| pki::identity_of(c.as_ref()))
-        .map(|(user, groups)| {
+        .map(|(user, groups, serial)| {
             let g: Vec<&str> = groups.iter().map(String::as_str).collect();
-            Identity::new(&user, &g)
+            Identity {
+                serial: Some(serial),
+                ..Identity::new(&user, &g)
+            }
         });
     let s = shared.clone();
     let svc = hyper::service::service_fn(move |req| {

@@ -46,7 +46,11 @@ fn now() -> time::OffsetDateTime {
 }
 
 fn validity(params: &mut CertificateParams, lifetime: Duration) {
-    let backdate = time::Duration::minutes(5);
+    backdated(params, lifetime, Duration::from_secs(300));
+}
+
+fn backdated(params: &mut CertificateParams, lifetime: Duration, backdate: Duration) {
+    let backdate = time::Duration::try_from(backdate).unwrap_or(time::Duration::ZERO);
     params.not_before = now() - backdate;
     params.not_after = now() + time::Duration::try_from(lifetime).unwrap_or(time::Duration::DAY);
 }
@@ -129,7 +133,12 @@ impl Ca {
     }
 
     /// Signs a PEM CSR as a client certificate valid for `lifetime`.
-    pub fn sign_client_csr(&self, csr_pem: &str, lifetime: Duration) -> Result<String, PkiError> {
+    pub fn sign_client_csr(
+        &self,
+        csr_pem: &str,
+        lifetime: Duration,
+        backdate: Duration,
+    ) -> Result<String, PkiError> {
         let mut req = CertificateSigningRequestParams::from_pem(csr_pem)?;
         req.params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
@@ -137,7 +146,7 @@ impl Ca {
         ];
         req.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         req.params.is_ca = IsCa::ExplicitNoCa;
-        validity(&mut req.params, lifetime);
+        backdated(&mut req.params, lifetime, backdate);
         Ok(req.signed_by(&self.issuer())?.pem())
     }
 }
@@ -182,8 +191,8 @@ fn req_der(pem: &str) -> Result<Vec<u8>, PkiError> {
         .map_err(|e| PkiError::Invalid(format!("CSR is not PEM: {e}")))
 }
 
-/// User and groups of a client certificate (CN and O).
-pub fn identity_of(der: &[u8]) -> Option<(String, Vec<String>)> {
+/// User, groups (CN and O) and serial number of a client certificate.
+pub fn identity_of(der: &[u8]) -> Option<(String, Vec<String>, String)> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
     let subject = cert.subject();
     let user = subject
@@ -195,5 +204,5 @@ pub fn identity_of(der: &[u8]) -> Option<(String, Vec<String>)> {
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(String::from))
         .collect();
-    Some((user, groups))
+    Some((user, groups, cert.raw_serial_as_string()))
 }

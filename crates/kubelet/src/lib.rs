@@ -26,6 +26,8 @@ pub mod pod_workers;
 pub mod podconfig;
 pub mod status;
 pub mod sync_loop;
+#[cfg(test)]
+mod test_support;
 
 pub use app::{App, AppError, AppHandle, Running};
 pub use config::{ConfigError, KubeletConfig};

@@ -142,3 +142,99 @@ impl LeaseController {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::test_support::Cluster;
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_is_created_owned_and_renewed_every_ten_seconds() {
+        let c = Cluster::start(Default::default()).await;
+        let (uid_tx, uid_rx) = watch::channel(None);
+        let lease = LeaseController {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            duration_seconds: 40,
+            clock: Arc::new(TokioClock::default()),
+            node_uid: uid_rx,
+        };
+        assert_eq!(lease.renew_interval(), Duration::from_secs(10));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(lease.run(stop.clone()));
+        let renew_time = |c: &Cluster| {
+            c.api
+                .get("leases", LEASE_NAMESPACE, "n1")
+                .and_then(|l| l["spec"]["renewTime"].as_str().map(String::from))
+        };
+        let mut times = vec![];
+        for i in 0..4 {
+            if i == 1 {
+                uid_tx.send_replace(Some("node-uid-1".into()));
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let t: jiff::Timestamp = renew_time(&c)
+                .expect("lease renewed")
+                .parse()
+                .expect("time");
+            times.push(t);
+        }
+        for w in times.windows(2) {
+            let gap = w[1].duration_since(w[0]).as_secs_f64();
+            assert!(
+                (9.0..=11.0).contains(&gap),
+                "renewals ~10s apart, got {gap}s: {times:?}"
+            );
+        }
+        let l = c.api.get("leases", LEASE_NAMESPACE, "n1").expect("lease");
+        assert_eq!(l["spec"]["holderIdentity"], "n1");
+        assert_eq!(l["spec"]["leaseDurationSeconds"], 40);
+        assert_eq!(l["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(l["metadata"]["ownerReferences"][0]["uid"], "node-uid-1");
+        // Each renewal is a GET and a PUT with the resourceVersion read (optimistic concurrency).
+        let puts = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT" && r.path.ends_with("/leases/n1"))
+            .count();
+        assert!(puts >= 3, "renewals are updates, saw {puts}");
+        stop.cancel();
+        let _ = task.await;
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_writer_is_retried_not_fatal() {
+        let c = Cluster::start(Default::default()).await;
+        let lease = LeaseController {
+            client: c.node_client("n2").await,
+            node_name: "n2".into(),
+            duration_seconds: 40,
+            clock: Arc::new(crate::clock::SystemClock),
+            node_uid: watch::channel(None).1,
+        };
+        let first = lease.renew().await.expect("created");
+        // Someone else updates the lease: our copy's resourceVersion is stale now.
+        let admin: Api<Lease> = Api::namespaced(c.admin().await, LEASE_NAMESPACE);
+        let mut other = first.clone();
+        other
+            .spec
+            .get_or_insert_with(Default::default)
+            .holder_identity = Some("intruder".into());
+        admin
+            .replace("n2", &PostParams::default(), &other)
+            .await
+            .expect("other writer");
+        let stale = admin.replace("n2", &PostParams::default(), &first).await;
+        assert!(
+            matches!(stale, Err(kube::Error::Api(ref s)) if s.code == 409),
+            "double enforces resourceVersion: {stale:?}"
+        );
+        let renewed = lease.renew().await.expect("renew re-reads and wins");
+        assert_eq!(
+            renewed.spec.and_then(|s| s.holder_identity).as_deref(),
+            Some("n2")
+        );
+    }
+}

@@ -138,3 +138,214 @@ fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<
     info!(kubeconfig = %kubeconfig.display(), "Wrote kubeconfig");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certificate::manager::CertManager;
+    use crate::podconfig::api::{ApiSource, MirrorPods};
+    use crate::podconfig::spawn_merger;
+    use crate::test_support::Cluster;
+    use apiserver_double::{BOOTSTRAP_TOKEN, Options};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, PostParams};
+    use kubelet_types::Source;
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test]
+    async fn bootstrap_gets_an_approved_kubelet_certificate_and_writes_the_kubeconfig() {
+        let c = Cluster::start(Options::default()).await;
+        let dir = c.dir.path();
+        let bootstrap = dir.join("bootstrap-kubelet.conf");
+        c.api
+            .write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)
+            .expect("bootstrap kubeconfig");
+        let kubeconfig = dir.join("kubelet.conf");
+        let pki = dir.join("pki");
+        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, "node-a")
+            .await
+            .expect("bootstrap");
+
+        let csrs = c.api.list("certificatesigningrequests");
+        assert_eq!(csrs.len(), 1);
+        let csr = &csrs[0];
+        assert!(
+            csr["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("node-csr-"))
+        );
+        assert_eq!(
+            csr["spec"]["signerName"],
+            "kubernetes.io/kube-apiserver-client-kubelet"
+        );
+        assert_eq!(
+            csr["spec"]["usages"],
+            serde_json::json!(["digital signature", "key encipherment", "client auth"])
+        );
+        assert_eq!(csr["spec"]["username"], "system:bootstrap:07401b");
+        assert!(
+            apiserver_double::csr::kubelet_client_problem(csr).is_none(),
+            "auto-approvable as is"
+        );
+        assert!(store::current_path(&pki).exists());
+        assert!(
+            !store::pending_key_path(&pki).exists(),
+            "pending key cleaned up"
+        );
+        let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
+        assert!(text.contains("kubelet-client-current.pem"), "{text}");
+
+        // The new identity is the node's: it may register its own Node.
+        let (client, _) = crate::kubeclient::from_kubeconfig(&kubeconfig, 5.0, 10)
+            .await
+            .expect("client");
+        let mut node = Node::default();
+        node.metadata.name = Some("node-a".into());
+        Api::<Node>::all(client)
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node registers");
+        assert!(
+            c.api
+                .requests()
+                .iter()
+                .any(|r| r.path == "/api/v1/nodes"
+                    && r.user.as_deref() == Some("system:node:node-a")),
+            "authenticated by the issued certificate"
+        );
+
+        // A second start finds a valid kubeconfig and asks for nothing.
+        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, "node-a")
+            .await
+            .expect("again");
+        assert_eq!(c.api.list("certificatesigningrequests").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_wrong_token_or_no_bootstrap_is_a_clear_error() {
+        let c = Cluster::start(Options::default()).await;
+        let dir = c.dir.path();
+        let bootstrap = dir.join("bad.conf");
+        c.api
+            .write_token_kubeconfig(&bootstrap, "abcdef.0000000000000000")
+            .expect("kubeconfig");
+        let e = load_client_cert(&dir.join("k.conf"), Some(&bootstrap), &dir.join("pki"), "n")
+            .await
+            .expect_err("401");
+        assert!(
+            e.to_string().contains("401") || e.to_string().contains("Unauthorized"),
+            "{e}"
+        );
+        let e = load_client_cert(&dir.join("k.conf"), None, &dir.join("pki"), "n")
+            .await
+            .expect_err("no bootstrap");
+        assert!(e.to_string().contains("--bootstrap-kubeconfig"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn rotation_switches_credentials_without_dropping_the_watch() {
+        let lifetime = std::time::Duration::from_secs(6);
+        let c = Cluster::start(Options {
+            cert_lifetime: lifetime,
+            backdate: std::time::Duration::ZERO,
+            ..Options::default()
+        })
+        .await;
+        let dir = c.dir.path();
+        let bootstrap = dir.join("bootstrap-kubelet.conf");
+        c.api
+            .write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)
+            .expect("bootstrap kubeconfig");
+        let kubeconfig = dir.join("kubelet.conf");
+        let pki = dir.join("pki");
+        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, "n1")
+            .await
+            .expect("bootstrap");
+        let started = tokio::time::Instant::now();
+        // Later certificates live long.
+        c.api
+            .set_cert_lifetime(std::time::Duration::from_secs(3600));
+        let (client, cert) = crate::kubeclient::from_kubeconfig(&kubeconfig, 50.0, 100)
+            .await
+            .expect("client");
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
+            .expect("pod")
+        };
+        admin
+            .create(&PostParams::default(), &pod("early"))
+            .await
+            .expect("pod");
+        let stop = CancellationToken::new();
+        let (tx, mut rx, _) = spawn_merger(&[Source::Api], stop.clone());
+        tokio::spawn(
+            ApiSource {
+                client: client.clone(),
+                node_name: "n1".into(),
+                mirror: MirrorPods::default(),
+            }
+            .run(tx, stop.clone()),
+        );
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+        assert!(matches!(first, Ok(Some(_))), "initial list delivered");
+        tokio::spawn(
+            CertManager {
+                client: client.clone(),
+                cert_dir: pki.clone(),
+                cert: cert.clone(),
+                node: "n1".into(),
+            }
+            .run(stop.clone()),
+        );
+        let rotated = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while cert.generation() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(rotated.is_ok(), "rotated at 70-90% of a 6s lifetime");
+        // Past the first certificate's expiry, the client still works: new connections use the new one.
+        tokio::time::sleep_until(started + lifetime + std::time::Duration::from_secs(1)).await;
+        admin
+            .create(&PostParams::default(), &pod("late"))
+            .await
+            .expect("pod");
+        let u = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+        assert!(
+            matches!(u, Ok(Some(ref u)) if u.pods.iter().any(|p| p.metadata.name.as_deref() == Some("late"))),
+            "the watch opened with the first certificate still delivers: {u:?}"
+        );
+        Api::<Node>::all(client)
+            .get_opt("n1")
+            .await
+            .expect("a request after expiry succeeds");
+        let node_reqs: Vec<_> = c
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.user.as_deref() == Some("system:node:n1"))
+            .collect();
+        let serials: std::collections::HashSet<_> =
+            node_reqs.iter().filter_map(|r| r.serial.clone()).collect();
+        assert!(
+            serials.len() >= 2,
+            "requests made with both certificates: {serials:?}"
+        );
+        let lists = node_reqs
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+            .count();
+        let watches = node_reqs
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=true"))
+            .count();
+        assert_eq!(
+            (lists, watches),
+            (1, 1),
+            "one list and one watch: the watch was never dropped"
+        );
+        stop.cancel();
+    }
+}

@@ -120,19 +120,35 @@ pub fn build(
     let mut tls = config
         .rustls_client_config()
         .map_err(|e| ClientError::Setup(e.to_string()))?;
-    tls.client_auth_cert_resolver = cert;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    let hyper: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    tls.client_auth_cert_resolver = cert.clone();
+    let connect_timeout = config.connect_timeout;
+    let make = move || {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(connect_timeout);
+        // Fresh session cache too: a resumed TLS session would carry the old identity.
+        let mut tls = tls.clone();
+        tls.resumption = rustls::client::Resumption::in_memory_sessions(64);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .build::<_, kube::client::Body>(https)
+    };
+    // A new certificate gets a new connection pool: later requests handshake
+    // with it, while requests in flight (the pod watch) keep their connection.
+    let pool = Arc::new(parking_lot::Mutex::new((cert.generation(), make())));
     let limited = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let hyper = hyper.clone();
+        let hyper = {
+            let mut p = pool.lock();
+            let generation = cert.generation();
+            if p.0 != generation {
+                *p = (generation, make());
+            }
+            p.1.clone()
+        };
         let limiter = limiter.clone();
         async move {
             limiter.acquire().await;

@@ -255,3 +255,203 @@ pub(crate) fn log_registered(name: &str, created: bool) {
         info!(node = %name, "Node was previously registered; reconciled");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::test_support::{Cluster, RecordingRecorder, health};
+    use cri::fake::FakeRuntime;
+
+    fn status_patches(c: &Cluster) -> usize {
+        c.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == "/api/v1/nodes/n1/status")
+            .count()
+    }
+
+    fn ready(c: &Cluster) -> (String, String, String) {
+        let n = c.api.get("nodes", "", "n1").expect("node");
+        let conds = n["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let r = conds
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .expect("Ready");
+        let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+        (s("status"), s("reason"), s("message"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registers_then_patches_status_only_on_change_or_report_period() {
+        let c = Cluster::start(Default::default()).await;
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        fake.add_image("localhost:5000/busybox:1.35");
+        let health = health(&fake, &stop);
+        let recorder = Arc::new(RecordingRecorder::default());
+        let (tx, mut registered) = watch::channel(None);
+        let cfg =
+            crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg");
+        let m = NodeStatusManager {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            cfg,
+            max_pods: 110,
+            node_labels: [("node-role.example/edge".to_string(), "".to_string())].into(),
+            taints: vec![Taint {
+                key: "dedicated".into(),
+                value: "edge".into(),
+                effect: "NoSchedule".into(),
+            }],
+            provider_id: Some("kubelet-rs://n1".into()),
+            node_ips: vec!["10.0.0.5".parse().expect("ip")],
+            machine: MachineInfo {
+                num_cores: 2,
+                memory_bytes: 4 << 30,
+                root_fs_bytes: 50 << 30,
+                architecture: "amd64".into(),
+                ..Default::default()
+            },
+            runtime: Arc::new(fake.clone()),
+            images: Arc::new(fake.clone()),
+            health: health.clone(),
+            clock: Arc::new(TokioClock::default()),
+            recorder: recorder.clone(),
+            registered: tx,
+        };
+        tokio::spawn(m.run(stop.clone()));
+        registered
+            .wait_for(Option::is_some)
+            .await
+            .expect("registered");
+        let node = c.api.get("nodes", "", "n1").expect("node created");
+        let labels = &node["metadata"]["labels"];
+        assert_eq!(labels["kubernetes.io/hostname"], "n1");
+        assert_eq!(labels["kubernetes.io/os"], "linux");
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        assert_eq!(labels["node-role.example/edge"], "");
+        assert_eq!(
+            node["metadata"]["annotations"][register::CMAD_ANNOTATION],
+            "true"
+        );
+        assert_eq!(node["spec"]["taints"][0]["effect"], "NoSchedule");
+        assert_eq!(node["spec"]["providerID"], "kubelet-rs://n1");
+        assert_eq!(node["status"]["capacity"]["pods"], "110");
+        assert_eq!(node["status"]["allocatable"]["memory"], "3996Mi");
+        assert_eq!(node["status"]["addresses"][0]["address"], "10.0.0.5");
+        assert_eq!(
+            node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            10250
+        );
+        assert_eq!(ready(&c).1, "KubeletReady");
+        assert!(
+            recorder.reasons().contains(&"NodeReady".to_string()),
+            "{:?}",
+            recorder.reasons()
+        );
+
+        // Nothing changes: three periods, no patch.
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert_eq!(status_patches(&c), 0, "unchanged status is not sent");
+
+        // The runtime goes down: the next period reports NotReady, once.
+        fake.set_down(true);
+        *health.runtime_error.write() = Some("down".into());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(status_patches(&c), 1);
+        let (status, reason, message) = ready(&c);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "KubeletNotReady")
+        );
+        assert!(message.contains("container runtime is down"), "{message}");
+        assert!(recorder.reasons().contains(&"NodeNotReady".to_string()));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(status_patches(&c), 1, "still down: nothing new to report");
+
+        // Back up: Ready again.
+        fake.set_down(false);
+        *health.runtime_error.write() = None;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(status_patches(&c), 2);
+        assert_eq!(ready(&c).0, "True");
+
+        // Unchanged for nodeStatusReportFrequency (5m): reported anyway, once.
+        tokio::time::sleep(Duration::from_secs(290)).await;
+        assert_eq!(status_patches(&c), 2);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(
+            status_patches(&c),
+            3,
+            "the report period forces a heartbeat"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_existing_node_is_reconciled_not_replaced() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Node> = Api::all(c.admin().await);
+        let mut existing = Node::default();
+        existing.metadata.name = Some("n1".into());
+        existing.metadata.labels = Some(
+            [
+                ("kubernetes.io/os".to_string(), "windows".to_string()),
+                ("team".to_string(), "a".to_string()),
+            ]
+            .into(),
+        );
+        existing.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        let created = admin
+            .create(&Default::default(), &existing)
+            .await
+            .expect("pre-existing node");
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        let (tx, mut registered) = watch::channel(None);
+        let m = NodeStatusManager {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            cfg: crate::config::cluster::resolve(&Default::default(), &Default::default())
+                .expect("cfg"),
+            max_pods: 110,
+            node_labels: Default::default(),
+            taints: vec![],
+            provider_id: None,
+            node_ips: vec![],
+            machine: MachineInfo {
+                architecture: "amd64".into(),
+                ..Default::default()
+            },
+            runtime: Arc::new(fake.clone()),
+            images: Arc::new(fake.clone()),
+            health: health(&fake, &stop),
+            clock: Arc::new(crate::clock::SystemClock),
+            recorder: Arc::new(RecordingRecorder::default()),
+            registered: tx,
+        };
+        tokio::spawn(m.run(stop.clone()));
+        let uid = registered
+            .wait_for(Option::is_some)
+            .await
+            .expect("registered")
+            .clone();
+        assert_eq!(uid, created.metadata.uid, "same Node object");
+        let node = c.api.get("nodes", "", "n1").expect("node");
+        assert_eq!(
+            node["metadata"]["labels"]["kubernetes.io/os"], "linux",
+            "default labels reconciled"
+        );
+        assert_eq!(node["metadata"]["labels"]["team"], "a", "other labels kept");
+        assert_eq!(node["spec"]["unschedulable"], true, "spec left alone");
+        stop.cancel();
+    }
+}

@@ -148,3 +148,161 @@ impl ApiSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::podconfig::spawn_merger;
+    use crate::test_support::Cluster;
+    use kube::api::PostParams;
+    use kubelet_types::{PodOperation, PodUpdate};
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+
+    fn pod(name: &str, node: &str, mirror: bool) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .expect("pod");
+        if mirror {
+            p.metadata.annotations =
+                Some([(labels::CONFIG_MIRROR.to_string(), "h".to_string())].into());
+        }
+        p
+    }
+
+    fn names(u: &PodUpdate) -> Vec<String> {
+        u.pods.iter().map(|p| pod::name(p).to_string()).collect()
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<PodUpdate>) -> PodUpdate {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an update in time")
+            .expect("channel open")
+    }
+
+    async fn quiet(rx: &mut mpsc::Receiver<PodUpdate>, d: Duration) {
+        if let Ok(Some(u)) = tokio::time::timeout(d, rx.recv()).await {
+            panic!("unexpected update {:?} for {:?}", u.op, names(&u));
+        }
+    }
+
+    #[tokio::test]
+    async fn expired_resource_version_relists_without_duplicate_updates() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        admin
+            .create(&PostParams::default(), &pod("a", "n1", false))
+            .await
+            .expect("a");
+        admin
+            .create(&PostParams::default(), &pod("elsewhere", "n2", false))
+            .await
+            .expect("other node");
+        admin
+            .create(&PostParams::default(), &pod("static-n1", "n1", true))
+            .await
+            .expect("mirror");
+        let stop = CancellationToken::new();
+        let (tx, mut rx, ready) = spawn_merger(&[Source::Api], stop.clone());
+        let mirror = MirrorPods::default();
+        let src = ApiSource {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            mirror: mirror.clone(),
+        };
+        tokio::spawn(src.run(tx, stop.clone()));
+        let u = next(&mut rx).await;
+        assert_eq!(u.op, PodOperation::Add);
+        assert_eq!(names(&u), ["a"], "only this node's pods, mirrors apart");
+        assert!(ready.all_ready());
+        assert!(
+            mirror.get("static-n1_default").is_some(),
+            "mirror pods are tracked, not run"
+        );
+
+        // The watch history is compacted and the watch dropped: the watcher gets 410 and relists.
+        let lists_before = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && !r.query.contains("watch=true"))
+            .count();
+        // A change this watch does not see moves the revision past the client's.
+        admin
+            .create(&PostParams::default(), &pod("elsewhere-2", "n2", false))
+            .await
+            .expect("other node");
+        c.api.compact();
+        c.api.close_watches();
+        quiet(&mut rx, Duration::from_secs(2)).await;
+        let lists_after = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && !r.query.contains("watch=true"))
+            .count();
+        assert!(
+            lists_after > lists_before,
+            "relisted after 410 ({lists_before} -> {lists_after})"
+        );
+
+        // And the stream still works afterwards.
+        admin
+            .create(&PostParams::default(), &pod("b", "n1", false))
+            .await
+            .expect("b");
+        let u = next(&mut rx).await;
+        assert_eq!(
+            (u.op, names(&u)),
+            (PodOperation::Add, vec!["b".to_string()])
+        );
+        admin
+            .delete("a", &Default::default())
+            .await
+            .expect("delete a");
+        let u = next(&mut rx).await;
+        assert_eq!(
+            u.op,
+            PodOperation::Delete,
+            "graceful deletion of a bound pod sets deletionTimestamp"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn pods_survive_an_unreachable_apiserver() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        admin
+            .create(&PostParams::default(), &pod("a", "n1", false))
+            .await
+            .expect("a");
+        let stop = CancellationToken::new();
+        let (tx, mut rx, _) = spawn_merger(&[Source::Api], stop.clone());
+        let src = ApiSource {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            mirror: MirrorPods::default(),
+        };
+        tokio::spawn(src.run(tx, stop.clone()));
+        assert_eq!(next(&mut rx).await.op, PodOperation::Add);
+        c.api.set_up(false);
+        quiet(&mut rx, Duration::from_secs(3)).await;
+        c.api.set_up(true);
+        // Back: nothing to do for the pod that was there all along.
+        quiet(&mut rx, Duration::from_secs(3)).await;
+        admin
+            .create(&PostParams::default(), &pod("b", "n1", false))
+            .await
+            .expect("b");
+        let u = next(&mut rx).await;
+        assert_eq!(
+            (u.op, names(&u)),
+            (PodOperation::Add, vec!["b".to_string()])
+        );
+        stop.cancel();
+    }
+}
