@@ -181,3 +181,109 @@ impl EventSink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::test_support::Cluster;
+    use kubelet_types::events::{node_ref, pod_ref};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn core_v1_events_are_written_and_repeats_correlated() {
+        let c = Cluster::start(Default::default()).await;
+        let (rec, sink) = channel(
+            c.node_client("n1").await,
+            "n1",
+            50.0,
+            100,
+            Arc::new(SystemClock),
+        );
+        let stop = CancellationToken::new();
+        tokio::spawn(sink.run(stop.clone()));
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "team-a", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+        rec.event(
+            &pod_ref(&p, Some("c")),
+            EventType::Normal,
+            "Pulling",
+            "Pulling image \"busybox\"".into(),
+        );
+        rec.event(
+            &pod_ref(&p, Some("c")),
+            EventType::Warning,
+            "BackOff",
+            "Back-off restarting failed container c".into(),
+        );
+        rec.event(
+            &pod_ref(&p, Some("c")),
+            EventType::Warning,
+            "BackOff",
+            "Back-off restarting failed container c".into(),
+        );
+        rec.event(
+            &node_ref("n1"),
+            EventType::Normal,
+            "NodeReady",
+            "status is now: NodeReady".into(),
+        );
+        let ok = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let evs = c.api.list("events");
+                if evs.len() == 3 && evs.iter().any(|e| e["count"] == 2) {
+                    return evs;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        let evs = ok.expect("events written");
+        let backoff = evs
+            .iter()
+            .find(|e| e["reason"] == "BackOff")
+            .expect("BackOff");
+        assert_eq!(backoff["count"], 2, "a repeat patches the count");
+        assert_eq!(backoff["type"], "Warning");
+        assert_eq!(backoff["metadata"]["namespace"], "team-a");
+        assert_eq!(backoff["involvedObject"]["fieldPath"], "spec.containers{c}");
+        assert_eq!(backoff["source"]["component"], "kubelet");
+        assert_eq!(backoff["source"]["host"], "n1");
+        let node = evs
+            .iter()
+            .find(|e| e["reason"] == "NodeReady")
+            .expect("node event");
+        assert_eq!(node["metadata"]["namespace"], "default");
+        assert_eq!(node["involvedObject"]["kind"], "Node");
+        assert!(
+            node["involvedObject"]["namespace"].is_null(),
+            "core/v1 node events have no involvedObject namespace"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_drops_instead_of_blocking() {
+        let c = Cluster::start(Default::default()).await;
+        // No sink running: the queue fills and further events are dropped at once.
+        let (rec, _sink) = channel(
+            c.node_client("n1").await,
+            "n1",
+            5.0,
+            10,
+            Arc::new(SystemClock),
+        );
+        let start = tokio::time::Instant::now();
+        for i in 0..(QUEUE + 10) {
+            rec.event(
+                &node_ref("n1"),
+                EventType::Normal,
+                "Starting",
+                format!("{i}"),
+            );
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+}

@@ -166,3 +166,104 @@ impl MirrorManager {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::podconfig::api::ApiSource;
+    use crate::podconfig::spawn_merger;
+    use crate::test_support::Cluster;
+    use kubelet_types::Source;
+
+    fn static_pod(hash: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "web-n1", "namespace": "default", "uid": hash,
+            "annotations": {"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod")
+    }
+
+    async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let ok = tokio::time::timeout(Duration::from_secs(15), async {
+            while !f() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(ok.is_ok(), "{what}");
+    }
+
+    #[tokio::test]
+    async fn mirror_pods_follow_static_pods() {
+        let c = Cluster::start(Default::default()).await;
+        let client = c.node_client("n1").await;
+        let stop = CancellationToken::new();
+        let (tx, _rx, ready) = spawn_merger(&[Source::Api], stop.clone());
+        let mirror = MirrorPods::default();
+        tokio::spawn(
+            ApiSource {
+                client: client.clone(),
+                node_name: "n1".into(),
+                mirror: mirror.clone(),
+            }
+            .run(tx, stop.clone()),
+        );
+        let desired = DesiredPods::default();
+        desired
+            .write()
+            .insert("h1".into(), Arc::new(static_pod("h1")));
+        let (_uid_tx, node_uid) = watch::channel(Some("node-uid".to_string()));
+        let m = MirrorManager {
+            client,
+            node_name: "n1".into(),
+            desired: desired.clone(),
+            mirror: mirror.clone(),
+            sources_ready: ready,
+            node_uid,
+        };
+        tokio::spawn(m.run(stop.clone()));
+        let get = || c.api.get("pods", "default", "web-n1");
+        wait_for("mirror pod created", || get().is_some()).await;
+        let m1 = get().expect("mirror");
+        assert_eq!(
+            m1["metadata"]["annotations"]["kubernetes.io/config.mirror"],
+            "h1"
+        );
+        assert_eq!(m1["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(m1["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+        assert_ne!(
+            m1["metadata"]["uid"], "h1",
+            "the apiserver gives the mirror its own uid"
+        );
+
+        // Someone deletes it (gracefully, as kubectl does): it comes back.
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        admin
+            .delete("web-n1", &Default::default())
+            .await
+            .expect("delete mirror");
+        let first_uid = m1["metadata"]["uid"].clone();
+        wait_for("mirror pod recreated", || {
+            get().is_some_and(|p| {
+                p["metadata"]["uid"] != first_uid && p["metadata"]["deletionTimestamp"].is_null()
+            })
+        })
+        .await;
+
+        // The manifest changes (new hash): the mirror is replaced.
+        desired.write().clear();
+        desired
+            .write()
+            .insert("h2".into(), Arc::new(static_pod("h2")));
+        wait_for("mirror pod updated", || {
+            get().is_some_and(|p| {
+                p["metadata"]["annotations"]["kubernetes.io/config.mirror"] == "h2"
+            })
+        })
+        .await;
+
+        // The manifest goes away: so does the mirror.
+        desired.write().clear();
+        wait_for("mirror pod deleted", || get().is_none()).await;
+        stop.cancel();
+    }
+}

@@ -58,6 +58,13 @@ pub fn kubelet_view(s: &PodStatus) -> Value {
     v
 }
 
+/// Whether the apiserver already has every field the kubelet writes, as written.
+/// Fields the kubelet does not write (set by others) do not count.
+pub fn up_to_date(ours: &Value, theirs: &Value) -> bool {
+    ours.as_object()
+        .is_some_and(|o| o.iter().all(|(k, v)| theirs.get(k) == Some(v)))
+}
+
 /// Where a pod's status goes: namespace, name and UID of the API object.
 fn api_target(p: &Pod, mirror: &MirrorPods) -> Option<(String, String, String, Option<PodStatus>)> {
     let source = p
@@ -109,9 +116,12 @@ impl StatusSync {
             return;
         };
         let ours = kubelet_view(&status);
-        let theirs = api_status.as_ref().map(kubelet_view);
+        let current = api_status
+            .as_ref()
+            .map(kubelet_view)
+            .is_some_and(|theirs| up_to_date(&ours, &theirs));
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        if theirs.as_ref() != Some(&ours) && sent.get(uid) != Some(&ours) {
+        if !current && sent.get(uid) != Some(&ours) {
             let body = json!({"metadata": {"uid": api_uid}, "status": status});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(body))
@@ -156,6 +166,8 @@ impl StatusSync {
         let mut sent: HashMap<String, Value> = HashMap::new();
         let mut tick = tokio::time::interval(RESYNC_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first resync is one period in: changes are sent as they come.
+        tick.reset();
         loop {
             let uids = tokio::select! {
                 () = stop.cancelled() => return,
@@ -174,5 +186,197 @@ impl StatusSync {
             }
             sent.retain(|uid, _| self.desired.read().contains_key(uid));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::Cluster;
+    use k8s_openapi::api::core::v1::PodCondition;
+    use kube::api::PostParams;
+
+    fn bound(name: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod")
+    }
+
+    fn running() -> PodStatus {
+        let cond = |t: &str| PodCondition {
+            type_: t.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("10.88.0.7".into()),
+            conditions: Some(vec![
+                cond("Initialized"),
+                cond("Ready"),
+                cond("ContainersReady"),
+                cond("PodScheduled"),
+            ]),
+            ..Default::default()
+        }
+    }
+
+    fn patches(c: &Cluster, name: &str) -> usize {
+        let path = format!("/api/v1/namespaces/default/pods/{name}/status");
+        c.api
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "PATCH" && r.path == path && r.user.as_deref() == Some("system:node:n1")
+            })
+            .count()
+    }
+
+    async fn refresh(c: &Cluster, desired: &DesiredPods, api: &Api<Pod>, name: &str) -> Pod {
+        let p = api.get(name).await.expect("pod");
+        desired
+            .write()
+            .insert(pod::uid(&p).to_string(), Arc::new(p.clone()));
+        let _ = c;
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn patches_only_changes_keeps_others_conditions_and_confirms_deletion() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        let created = admin
+            .create(&PostParams::default(), &bound("p"))
+            .await
+            .expect("pod");
+        let uid = pod::uid(&created).to_string();
+        // Somebody else owns a condition on the pod.
+        admin
+            .patch_status(
+                "p",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "DisruptionTarget", "status": "False"}]}})),
+            )
+            .await
+            .expect("controller condition");
+        let desired = DesiredPods::default();
+        let status = Arc::new(StatusManager::default());
+        refresh(&c, &desired, &admin, "p").await;
+        let stop = CancellationToken::new();
+        let sync = StatusSync {
+            client: c.node_client("n1").await,
+            status: status.clone(),
+            desired: desired.clone(),
+            mirror: MirrorPods::default(),
+        };
+        tokio::spawn(sync.run(stop.clone()));
+
+        status.set_pod_status(&uid, running());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(patches(&c, "p"), 1);
+        let p = refresh(&c, &desired, &admin, "p").await;
+        let st = p.status.expect("status");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(st.pod_ip.as_deref(), Some("10.88.0.7"));
+        let types: Vec<_> = st
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert!(
+            types.contains(&"DisruptionTarget") && types.contains(&"Ready"),
+            "{types:?}"
+        );
+
+        // The same status again, and three resyncs: nothing sent.
+        status.set_pod_status(&uid, running());
+        tokio::time::sleep(RESYNC_PERIOD * 3).await;
+        assert_eq!(patches(&c, "p"), 1, "unchanged status is not re-sent");
+
+        // A change is sent.
+        let mut unready = running();
+        for c in unready
+            .conditions
+            .iter_mut()
+            .flatten()
+            .filter(|c| c.type_ == "Ready")
+        {
+            c.status = "False".into();
+        }
+        status.set_pod_status(&uid, unready);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(patches(&c, "p"), 2);
+        refresh(&c, &desired, &admin, "p").await;
+
+        // Graceful deletion: once the containers are stopped the kubelet removes the object.
+        admin
+            .delete("p", &Default::default())
+            .await
+            .expect("delete");
+        refresh(&c, &desired, &admin, "p").await;
+        tokio::time::sleep(RESYNC_PERIOD).await;
+        assert!(
+            c.api.get("pods", "default", "p").is_some(),
+            "not before the containers are stopped"
+        );
+        status.mark_terminated(&uid);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            c.api.get("pods", "default", "p").is_none(),
+            "deleted with grace 0"
+        );
+        let del = c
+            .api
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "DELETE" && r.user.as_deref() == Some("system:node:n1"));
+        assert!(del.is_some(), "the kubelet confirmed the deletion");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_recreated_pod_of_the_same_name_is_not_patched() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        let old = admin
+            .create(&PostParams::default(), &bound("q"))
+            .await
+            .expect("pod");
+        let desired = DesiredPods::default();
+        desired
+            .write()
+            .insert(pod::uid(&old).to_string(), Arc::new(old.clone()));
+        admin
+            .delete(
+                "q",
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("delete");
+        let new = admin
+            .create(&PostParams::default(), &bound("q"))
+            .await
+            .expect("recreated");
+        let status = Arc::new(StatusManager::default());
+        status.set_pod_status(pod::uid(&old), running());
+        let sync = StatusSync {
+            client: c.node_client("n1").await,
+            status,
+            desired,
+            mirror: MirrorPods::default(),
+        };
+        let mut sent = HashMap::new();
+        sync.sync_one(pod::uid(&old), &mut sent).await;
+        let now = c.api.get("pods", "default", "q").expect("pod");
+        assert_eq!(now["metadata"]["uid"], pod::uid(&new));
+        assert_eq!(
+            now["status"]["phase"], "Pending",
+            "the uid precondition kept the old pod's status off the new pod"
+        );
     }
 }
