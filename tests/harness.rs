@@ -16,6 +16,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 use kubelet::config::Flags;
 use kubelet::{App, AppHandle, KubeletConfig, Running};
 
+#[path = "cluster_harness.rs"]
+pub mod cluster;
+
 /// The CRI socket the tests use.
 pub const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 /// Image built by the setup script.

@@ -1,7 +1,7 @@
 //! The node's IP addresses (upstream `nodeutil.GetNodeHostIPs` and the
-//! kubelet's node address setter): `--node-ip` when given, else the addresses
-//! of the interface that holds the default route, else the first
-//! non-loopback address. Read from the kernel; nothing is sent anywhere.
+//! kubelet's node address setter): `--node-ip` when given, else one address
+//! (IPv4 preferred) of the interface that holds the default route, else the
+//! first non-loopback address. Read from the kernel; nothing is sent anywhere.
 
 use std::net::IpAddr;
 
@@ -68,9 +68,11 @@ pub fn node_ips(configured: &[IpAddr]) -> Vec<IpAddr> {
             vec![]
         }
     };
-    // Prefer IPv4 first, as upstream does for single-stack clusters.
+    // Upstream detects one address (ResolveBindAddress), IPv4 first; dual-stack
+    // nodes name both families with --node-ip.
     let mut ips = pick(&addrs, iface.as_deref());
     ips.sort_by_key(|ip| ip.is_ipv6());
+    ips.truncate(1);
     ips
 }
 

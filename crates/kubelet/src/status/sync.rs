@@ -65,6 +65,27 @@ pub fn up_to_date(ours: &Value, theirs: &Value) -> bool {
         .is_some_and(|o| o.iter().all(|(k, v)| theirs.get(k) == Some(v)))
 }
 
+/// The status as a strategic merge patch: a field the kubelet owns but no
+/// longer sets is sent as null, so the apiserver drops it (a Ready condition
+/// that turned True loses its old reason and message), as upstream's two-way
+/// patch does.
+pub fn status_patch(s: &PodStatus) -> Value {
+    let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        for k in ["reason", "message"] {
+            m.entry(k).or_insert(Value::Null);
+        }
+    }
+    if let Some(conds) = v.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conds.iter_mut().filter_map(Value::as_object_mut) {
+            for k in ["reason", "message"] {
+                c.entry(k).or_insert(Value::Null);
+            }
+        }
+    }
+    v
+}
+
 /// Where a pod's status goes: namespace, name and UID of the API object.
 fn api_target(p: &Pod, mirror: &MirrorPods) -> Option<(String, String, String, Option<PodStatus>)> {
     let source = p
@@ -122,7 +143,7 @@ impl StatusSync {
             .is_some_and(|theirs| up_to_date(&ours, &theirs));
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         if !current && sent.get(uid) != Some(&ours) {
-            let body = json!({"metadata": {"uid": api_uid}, "status": status});
+            let body = json!({"metadata": {"uid": api_uid}, "status": status_patch(&status)});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(body))
                 .await
@@ -304,11 +325,32 @@ mod tests {
             .filter(|c| c.type_ == "Ready")
         {
             c.status = "False".into();
+            c.reason = Some("ContainersNotReady".into());
+            c.message = Some("containers with unready status: [c]".into());
         }
         status.set_pod_status(&uid, unready);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(patches(&c, "p"), 2);
         refresh(&c, &desired, &admin, "p").await;
+
+        // Ready again: the old reason and message go away (sent as null).
+        status.set_pod_status(&uid, running());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(patches(&c, "p"), 3);
+        let p = refresh(&c, &desired, &admin, "p").await;
+        let ready = p
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason, ready.message),
+            ("True", None, None)
+        );
+        tokio::time::sleep(RESYNC_PERIOD * 2).await;
+        assert_eq!(patches(&c, "p"), 3, "and then nothing more to send");
 
         // Graceful deletion: once the containers are stopped the kubelet removes the object.
         admin
