@@ -134,3 +134,101 @@ async fn sigterm_stops_kubelet_but_not_its_containers() {
         }
     }
 }
+
+/// `Key=Value` lines of a systemd unit file, in order.
+fn unit_entries(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with('[') && !l.is_empty())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn systemd_unit_and_kubeadm_drop_in_are_what_operators_expect() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/systemd");
+    let unit = unit_entries(&std::fs::read_to_string(root.join("kubelet.service")).expect("unit"));
+    let get = |k: &str| {
+        unit.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(get("Type"), Some("notify"));
+    assert_eq!(get("Restart"), Some("always"));
+    assert_eq!(
+        get("KillMode"),
+        Some("process"),
+        "containers survive a kubelet restart"
+    );
+    assert_eq!(get("ExecStart"), Some("/usr/bin/kubelet"));
+
+    let drop_in = unit_entries(
+        &std::fs::read_to_string(root.join("kubelet.service.d/10-kubeadm.conf")).expect("drop-in"),
+    );
+    let env_files: Vec<&str> = drop_in
+        .iter()
+        .filter(|(k, _)| k == "EnvironmentFile")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(
+        env_files,
+        [
+            "-/var/lib/kubelet/kubeadm-flags.env",
+            "-/etc/default/kubelet"
+        ]
+    );
+    let exec = drop_in
+        .iter()
+        .filter(|(k, _)| k == "ExecStart")
+        .map(|(_, v)| v.as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(
+        exec,
+        [
+            "",
+            "/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"
+        ]
+    );
+    // Expand the command line as systemd would, with what kubeadm writes, and parse it.
+    let mut env: std::collections::HashMap<String, String> = drop_in
+        .iter()
+        .filter(|(k, _)| k == "Environment")
+        .filter_map(|(_, v)| v.trim_matches('"').split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.insert(
+        "KUBELET_KUBEADM_ARGS".into(),
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10 --node-ip=192.0.2.10".into(),
+    );
+    env.insert(
+        "KUBELET_EXTRA_ARGS".into(),
+        "--node-labels=tier=edge".into(),
+    );
+    let mut argv = vec!["kubelet".to_string()];
+    for word in exec[1].split_whitespace().skip(1) {
+        let var = word.trim_start_matches('$');
+        argv.extend(
+            env.get(var)
+                .map(|v| v.split_whitespace().map(String::from).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        );
+    }
+    let flags = <kubelet::config::Flags as clap::Parser>::try_parse_from(&argv)
+        .expect("kubeadm's command line parses");
+    assert_eq!(
+        flags.kubeconfig.as_deref(),
+        Some(std::path::Path::new("/etc/kubernetes/kubelet.conf"))
+    );
+    assert_eq!(
+        flags.bootstrap_kubeconfig.as_deref(),
+        Some(std::path::Path::new(
+            "/etc/kubernetes/bootstrap-kubelet.conf"
+        ))
+    );
+    assert_eq!(
+        flags.config.as_deref(),
+        Some(std::path::Path::new("/var/lib/kubelet/config.yaml"))
+    );
+    assert_eq!(flags.node_labels.as_deref(), Some("tier=edge"));
+}

@@ -1,0 +1,142 @@
+//! Cluster-mode end-to-end benchmark (used by hack/bench-api.sh):
+//! `api_bench KUBELET_BIN N [extra kubelet flags...]` starts the apiserver
+//! double in this process and the kubelet-rs binary as its own process, which
+//! TLS-bootstraps and registers; then binds N pods to the node at once and
+//! prints the milliseconds until all N are Running and Ready in the API, and
+//! how many status patches the kubelet sent. Cleans up after itself.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use apiserver_double::{ApiServer, BOOTSTRAP_TOKEN, Options};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+const IMAGE: &str = "localhost:5000/busybox:1.35";
+
+fn ready(p: &serde_json::Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args: Vec<String> = std::env::args().collect();
+    let (bin, n) = match args.as_slice() {
+        [_, bin, n, ..] => (bin.clone(), n.parse::<usize>()?),
+        _ => bail!("usage: api_bench KUBELET_BIN N [kubelet flags...]"),
+    };
+    let extra = &args[3..];
+    let api = ApiServer::start(Options::default()).await?;
+    let work = tempfile::tempdir()?;
+    let bootstrap = work.path().join("bootstrap.conf");
+    api.write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)?;
+    let admin_conf = work.path().join("admin.conf");
+    api.write_admin_kubeconfig(&admin_conf)?;
+    let node = format!("apibench-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let log = std::fs::File::create(work.path().join("kubelet.log"))?;
+    let mut kubelet = tokio::process::Command::new(&bin)
+        .arg(format!(
+            "--kubeconfig={}",
+            work.path().join("kubelet.conf").display()
+        ))
+        .arg(format!("--bootstrap-kubeconfig={}", bootstrap.display()))
+        .arg(format!("--cert-dir={}", work.path().join("pki").display()))
+        .arg(format!("--root-dir={}", work.path().join("root").display()))
+        .arg(format!("--hostname-override={node}"))
+        .arg("--healthz-port=0")
+        .args(extra)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .context("start kubelet-rs")?;
+    let admin = kubelet::kubeclient::from_kubeconfig(&admin_conf, 1000.0, 1000)
+        .await?
+        .0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.get("nodes", "", &node).is_none() {
+        if Instant::now() > deadline {
+            bail!(
+                "node did not register; see {}",
+                work.path().join("kubelet.log").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the node settle (first status, lease) before the burst.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods: Api<Pod> = Api::namespaced(admin, "default");
+    let names: Vec<String> = (0..n).map(|i| format!("p{i}-{node}")).collect();
+    let start = Instant::now();
+    let creates = names.iter().map(|name| {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+        }))
+        .expect("pod");
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &p).await }
+    });
+    for r in futures::future::join_all(creates).await {
+        r?;
+    }
+    loop {
+        let done = names
+            .iter()
+            .filter(|name| api.get("pods", "default", name).is_some_and(|p| ready(&p)))
+            .count();
+        if done == n {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            bail!("only {done}/{n} pods Running and Ready after 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ms = start.elapsed().as_millis();
+    let patches = api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/"))
+        .count();
+    println!("{ms} {patches}");
+    // Clean up: delete the pods, let the kubelet stop them and confirm.
+    for name in &names {
+        let _ = pods.delete(name, &DeleteParams::default()).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while names
+        .iter()
+        .any(|name| api.get("pods", "default", name).is_some())
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = kubelet.start_kill();
+    let _ = kubelet.wait().await;
+    let rt = cri::RemoteRuntime::new(
+        "unix:///run/containerd/containerd.sock",
+        None,
+        Duration::from_secs(30),
+    )?;
+    use cri::RuntimeService;
+    for s in rt.list_pod_sandbox(None).await? {
+        if s.labels
+            .get("io.kubernetes.pod.name")
+            .is_some_and(|p| p.ends_with(&node))
+        {
+            let _ = rt.stop_pod_sandbox(&s.id).await;
+            let _ = rt.remove_pod_sandbox(&s.id).await;
+        }
+    }
+    Ok(())
+}
