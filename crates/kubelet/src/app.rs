@@ -313,12 +313,16 @@ impl App {
         let status = Arc::new(StatusManager::default());
         let host_ips = crate::node_ip::node_ips(&cfg.node_ips);
         info!(?host_ips, "Node addresses");
-        let syncer = Arc::new(RuntimePodSyncer::new(
+        let mut syncer = RuntimePodSyncer::new(
             self.manager.clone(),
             status.clone(),
             self.runtime_name,
             host_ips.clone(),
-        ));
+        );
+        if let Some(c) = &self.cluster {
+            syncer = syncer.with_recorder(c.recorder.clone());
+        }
+        let syncer = Arc::new(syncer);
         let queue = Arc::new(WorkQueue::default());
         let workers = Arc::new(PodWorkers::new(
             syncer,

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_runtime::KubeRuntimeManager;
+use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use kubelet_types::pod;
 use tracing::info;
 
@@ -20,6 +21,7 @@ pub struct RuntimePodSyncer {
     status: Arc<StatusManager>,
     runtime_name: String,
     host_ips: Vec<std::net::IpAddr>,
+    recorder: Arc<dyn Recorder>,
 }
 
 impl RuntimePodSyncer {
@@ -35,7 +37,14 @@ impl RuntimePodSyncer {
             status,
             runtime_name,
             host_ips,
+            recorder: Arc::new(kubelet_types::events::NoopRecorder),
         }
+    }
+
+    /// Records pod events (FailedSync) to `recorder`.
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
@@ -89,6 +98,12 @@ impl PodSyncer for RuntimePodSyncer {
         let before = match self.runtime.get_pod_status(uid, name, ns).await {
             Ok(s) => s,
             Err(e) => {
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_SYNC,
+                    format!("error determining status: {e}"),
+                );
                 return SyncOutcome {
                     error: Some(format!("cannot read pod status from the runtime: {e}")),
                     requeue_after: None,

@@ -186,3 +186,120 @@ pub async fn from_kubeconfig(
     )?;
     Ok((client, cert))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::Cluster;
+    use apiserver_double::{BOOTSTRAP_TOKEN, Fault, Options};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::Api;
+
+    fn code(r: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
+        match r {
+            Err(kube::Error::Api(s)) => s.code,
+            other => panic!("expected an API error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unauthenticated_forbidden_and_injected_faults_are_errors_not_panics() {
+        let c = Cluster::start(Options::default()).await;
+        let dir = c.dir.path();
+        c.api
+            .write_token_kubeconfig(&dir.join("bad.conf"), "nope.nope")
+            .expect("kubeconfig");
+        let (bad, _) = from_kubeconfig(&dir.join("bad.conf"), 5.0, 10)
+            .await
+            .expect("client");
+        assert_eq!(
+            code(Api::<Node>::all(bad).list(&Default::default()).await),
+            401
+        );
+        c.api
+            .write_token_kubeconfig(&dir.join("boot.conf"), BOOTSTRAP_TOKEN)
+            .expect("kubeconfig");
+        let (boot, _) = from_kubeconfig(&dir.join("boot.conf"), 5.0, 10)
+            .await
+            .expect("client");
+        assert_eq!(
+            code(Api::<Pod>::all(boot).list(&Default::default()).await),
+            403
+        );
+
+        let node = c.node_client("n1").await;
+        let nodes: Api<Node> = Api::all(node);
+        c.api.set_fault(Fault::ServerError);
+        assert_eq!(code(nodes.get_opt("n1").await), 500);
+        c.api.set_fault(Fault::Hang);
+        let hung = tokio::time::timeout(Duration::from_millis(500), nodes.get_opt("n1")).await;
+        assert!(
+            hung.is_err(),
+            "a hanging apiserver hangs the request, not the caller"
+        );
+        c.api.set_fault(Fault::None);
+        assert!(nodes.get_opt("n1").await.expect("healthy again").is_none());
+        c.api.set_up(false);
+        assert!(
+            nodes.get_opt("n1").await.is_err(),
+            "connection refused is an error"
+        );
+        c.api.set_up(true);
+        assert!(nodes.get_opt("n1").await.is_ok(), "and back");
+    }
+
+    #[tokio::test]
+    async fn bootstrap_waits_for_a_manual_approval() {
+        use k8s_openapi::api::certificates::v1::{
+            CertificateSigningRequest, CertificateSigningRequestCondition,
+        };
+        let c = Cluster::start(Options {
+            auto_approve: false,
+            ..Options::default()
+        })
+        .await;
+        let dir = c.dir.path().to_path_buf();
+        let boot = dir.join("boot.conf");
+        c.api
+            .write_token_kubeconfig(&boot, BOOTSTRAP_TOKEN)
+            .expect("kubeconfig");
+        let (k, b, p) = (dir.join("kubelet.conf"), boot.clone(), dir.join("pki"));
+        let task = tokio::spawn(async move {
+            crate::certificate::bootstrap::load_client_cert(&k, Some(&b), &p, "n1").await
+        });
+        let csrs: Api<CertificateSigningRequest> = Api::all(c.admin().await);
+        let name = loop {
+            if let Some(n) = csrs
+                .list(&Default::default())
+                .await
+                .expect("list")
+                .items
+                .first()
+            {
+                break n.metadata.name.clone().unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!task.is_finished(), "pending until approved");
+        let approval = serde_json::json!({"status": {"conditions": [CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            reason: Some("KubectlApprove".into()),
+            ..Default::default()
+        }]}});
+        csrs.patch_approval(
+            &name,
+            &Default::default(),
+            &kube::api::Patch::Merge(approval),
+        )
+        .await
+        .expect("approve");
+        let done = tokio::time::timeout(Duration::from_secs(10), task).await;
+        assert!(
+            matches!(done, Ok(Ok(Ok(())))),
+            "bootstrap completes after approval: {done:?}"
+        );
+        assert!(dir.join("kubelet.conf").exists());
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, PodStatus};
 use kubelet_types::pod::RestartPolicy;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
@@ -51,9 +51,7 @@ pub fn check_container_state_transition(
     Ok(())
 }
 
-fn terminated(
-    s: &ContainerStatus,
-) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+fn terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
     s.state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
@@ -127,5 +125,66 @@ impl StatusManager {
     pub fn remove(&self, uid: &str) {
         self.statuses.write().remove(uid);
         self.terminated.lock().remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning};
+
+    fn with(name: &str, state: ContainerState) -> PodStatus {
+        PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                name: name.into(),
+                state: Some(state),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    fn exited(code: i32) -> ContainerState {
+        ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn running() -> ContainerState {
+        ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn terminated_containers_that_must_not_restart_stay_terminated() {
+        let done = with("c", exited(0));
+        let failed = with("c", exited(1));
+        let again = with("c", running());
+        assert!(check_container_state_transition(&done, &again, RestartPolicy::Never).is_err());
+        assert!(check_container_state_transition(&failed, &again, RestartPolicy::Never).is_err());
+        assert!(check_container_state_transition(&done, &again, RestartPolicy::OnFailure).is_err());
+        assert!(
+            check_container_state_transition(&failed, &again, RestartPolicy::OnFailure).is_ok()
+        );
+        assert!(check_container_state_transition(&done, &again, RestartPolicy::Always).is_ok());
+    }
+
+    #[test]
+    fn changes_mark_the_pod_dirty_once() {
+        let m = StatusManager::default();
+        assert!(m.set_pod_status("u", with("c", running())));
+        assert!(!m.set_pod_status("u", with("c", running())));
+        assert_eq!(m.take_dirty(), vec!["u".to_string()]);
+        assert!(m.take_dirty().is_empty());
+        m.mark_terminated("u");
+        assert!(m.is_terminated("u"));
+        m.remove("u");
+        assert!(!m.is_terminated("u"));
     }
 }
