@@ -21,8 +21,11 @@ floor=(); fast=(); slow=(); fast_p=(); slow_p=()
 for run in $(seq "$RUNS"); do
   sfx="ab$run-$$"
   ms=$($CRI floor "$N" "-$sfx"); floor+=("$ms"); $CRI cleanup "-$sfx"
-  read -r ms p < <($API "$KUBELET" "$N"); fast+=("$ms"); fast_p+=("$p")
-  read -r ms5 p5 < <($API "$KUBELET" "$N" --kube-api-qps=5 --kube-api-burst=10); slow+=("$ms5"); slow_p+=("$p5")
+  # Command substitution waits for api_bench to finish its cleanup (its kubelet
+  # must be gone before the next scenario, or it would remove that one's pods).
+  out=$($API "$KUBELET" "$N"); read -r ms p <<<"$out"; fast+=("$ms"); fast_p+=("$p")
+  out=$($API "$KUBELET" "$N" --kube-api-qps=5 --kube-api-burst=10); read -r ms5 p5 <<<"$out"
+  slow+=("$ms5"); slow_p+=("$p5")
   echo "run $run: CRI floor ${floor[-1]} ms; kubelet-rs via API ${ms} ms (${p} status patches); at 5 QPS ${ms5} ms (${p5} patches)" >&2
 done
 echo "pods=$N runs=$RUNS"

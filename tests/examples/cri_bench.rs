@@ -106,8 +106,17 @@ async fn wait_running(rt: &RemoteRuntime, n: usize, suffix: &str) -> anyhow::Res
 async fn cleanup(rt: &RemoteRuntime, suffix: &str) -> anyhow::Result<()> {
     for s in rt.list_pod_sandbox(None).await? {
         if mine(&s.labels, suffix) {
-            rt.stop_pod_sandbox(&s.id).await?;
-            rt.remove_pod_sandbox(&s.id).await?;
+            // Gone already is fine: cleanup is idempotent.
+            for r in [
+                rt.stop_pod_sandbox(&s.id).await,
+                rt.remove_pod_sandbox(&s.id).await,
+            ] {
+                if let Err(e) = r
+                    && !e.is_not_found()
+                {
+                    return Err(e.into());
+                }
+            }
         }
     }
     Ok(())

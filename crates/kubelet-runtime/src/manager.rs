@@ -70,6 +70,8 @@ pub struct SyncResult {
     pub errors: Vec<Error>,
     /// Sync again after this long (a backoff window ends), if sooner than the resync.
     pub requeue_after: Option<Duration>,
+    /// Containers started by this sync.
+    pub started: usize,
 }
 
 impl SyncResult {
@@ -516,6 +518,7 @@ impl KubeRuntimeManager {
             });
         }
         self.clear_reason(uid, &c.name);
+        result.started += 1;
         info!(container = %c.name, container.id = %id, restart_count, "Started container");
         self.recorder.event(
             &pod_ref(p, Some(&c.name)),
@@ -677,6 +680,10 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_000_000);
         let (s, r) = sync(&m, &p, t).await;
         assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(
+            r.started, 1,
+            "the start is reported so status can follow at once"
+        );
         assert_eq!(s.sandboxes.len(), 1);
         assert_eq!(s.containers.len(), 1);
         assert_eq!(s.containers[0].state, ContainerState::Running);
@@ -684,6 +691,7 @@ mod tests {
         fake.clear_calls();
         let (_, r) = sync(&m, &p, t).await;
         assert!(r.errors.is_empty());
+        assert_eq!(r.started, 0);
         let mutating = [
             "RunPodSandbox",
             "CreateContainer",

@@ -158,18 +158,6 @@ pub struct Running {
     pub handle: AppHandle,
 }
 
-fn machine_memory() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<i64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 impl App {
     /// Opens the CRI client, learns the runtime's name and binds the healthz port.
     /// An unreachable runtime is not fatal: the kubelet starts and waits for it.
@@ -205,7 +193,8 @@ impl App {
             resolv_conf: cfg.resolv_conf.clone(),
             cgroup_driver: cfg.cgroup_driver.clone(),
             cgroup_root: cfg.cgroup_root.clone(),
-            machine_memory_bytes: machine_memory(),
+            machine_memory_bytes: i64::try_from(crate::nodestatus::machine::meminfo_bytes())
+                .unwrap_or(i64::MAX),
             runtime_handler: String::new(),
         };
         let cluster = connect_cluster(&cfg).await?;

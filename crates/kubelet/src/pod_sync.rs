@@ -126,8 +126,14 @@ impl PodSyncer for RuntimePodSyncer {
             // Come back when the deadline passes.
             result.requeue_after = Some(result.requeue_after.map_or(left, |r| r.min(left)));
         }
-        // Failed starts change the waiting reasons: show them now rather than on the next sync.
-        if !result.errors.is_empty() {
+        if result.started > 0 {
+            // Report what was started now, rather than after the next PLEG relist.
+            match self.runtime.get_pod_status(uid, name, ns).await {
+                Ok(after) => self.record(p, &after),
+                Err(_) => self.record(p, &before),
+            }
+        } else if !result.errors.is_empty() {
+            // Failed starts change the waiting reasons: show them now rather than on the next sync.
             self.record(p, &before);
         }
         let error = (!result.errors.is_empty()).then(|| {

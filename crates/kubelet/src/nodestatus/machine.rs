@@ -55,7 +55,8 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Linux".to_string())
 }
 
-fn meminfo_bytes() -> u64 {
+/// `MemTotal` from `/proc/meminfo`, in bytes (0 if unreadable).
+pub fn meminfo_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
