@@ -113,6 +113,19 @@ fn merge_map(target: &Map<String, Value>, patch: &Map<String, Value>) -> Map<Str
                 };
                 out.insert(k.clone(), Value::Object(merged));
             }
+            Value::Array(pl)
+                if pl
+                    .iter()
+                    .any(|e| e.get("$patch").and_then(Value::as_str) == Some("replace")) =>
+            {
+                // `{"$patch": "replace"}` in a list: the rest of the list replaces it whole.
+                let rest = pl
+                    .iter()
+                    .filter(|e| e.get("$patch").is_none())
+                    .map(strip_directives)
+                    .collect();
+                out.insert(k.clone(), Value::Array(rest));
+            }
             Value::Array(pl) => {
                 let merged = match (merge_key(k), target.get(k)) {
                     (Some(Some(key)), Some(Value::Array(tl))) => merge_list(tl, pl, key),
@@ -215,6 +228,19 @@ mod tests {
         assert_eq!(
             out["status"]["addresses"],
             json!([{"type": "InternalIP", "address": "1.1.1.1"}])
+        );
+    }
+
+    #[test]
+    fn a_replace_directive_replaces_a_merging_list() {
+        let node = json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": "10.0.0.1"}, {"type": "InternalIP", "address": "fd00::1"},
+            {"type": "Hostname", "address": "h"}]}});
+        let p = json!({"status": {"addresses": [{"$patch": "replace"},
+            {"type": "InternalIP", "address": "10.0.0.2"}, {"type": "Hostname", "address": "h"}]}});
+        assert_eq!(
+            strategic(&node, &p)["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "10.0.0.2"}, {"type": "Hostname", "address": "h"}])
         );
     }
 

@@ -384,6 +384,7 @@ impl App {
                 taints: cfg.register_with_taints.clone(),
                 provider_id: cfg.provider_id.clone(),
                 node_ips: host_ips.clone(),
+                provided_node_ips: cfg.node_ips.clone(),
                 machine: MachineInfo::read(&cfg.root_dir),
                 runtime: Arc::new(self.remote.clone()),
                 images: Arc::new(self.remote.clone()),

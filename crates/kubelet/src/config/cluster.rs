@@ -38,6 +38,9 @@ pub struct ClusterConfig {
     pub eviction_hard: BTreeMap<String, String>,
     /// `port` of the kubelet API (10250).
     pub port: u16,
+    /// `--cloud-provider=external`: register with the uninitialized taint and
+    /// leave addresses a cloud-controller-manager set alone.
+    pub external_cloud_provider: bool,
 }
 
 /// Upstream's default hard eviction thresholds (Linux).
@@ -164,6 +167,7 @@ pub fn resolve(flags: &Flags, f: &KubeletConfiguration) -> Result<ClusterConfig,
         system_reserved,
         eviction_hard,
         port,
+        external_cloud_provider: flags.cloud_provider.as_deref() == Some("external"),
     })
 }
 

@@ -123,8 +123,8 @@ pub struct Flags {
     /// Deprecated: CNI is the runtime's job.
     #[arg(long, hide = true)]
     pub cni_conf_dir: Option<String>,
-    /// Cloud provider; only "" and "external" make sense for a CRI kubelet.
-    #[arg(long, hide = true)]
+    /// Cloud provider: "" or "external" (a cloud-controller-manager initializes the node).
+    #[arg(long)]
     pub cloud_provider: Option<String>,
     /// Provider ID for the Node object.
     #[arg(long)]
@@ -204,7 +204,12 @@ pub fn deprecated_in_use(f: &Flags) -> Vec<(&'static str, String)> {
     note("--cni-bin-dir", &f.cni_bin_dir);
     note("--cni-conf-dir", &f.cni_conf_dir);
     note("--pod-infra-container-image", &f.pod_infra_container_image);
-    note("--cloud-provider", &f.cloud_provider);
+    // "external" is meaningful (a cloud-controller-manager owns addresses); other values are not.
+    let cloud = f
+        .cloud_provider
+        .clone()
+        .filter(|c| !c.is_empty() && c != "external");
+    note("--cloud-provider", &cloud);
     note("--runtime-cgroups", &f.runtime_cgroups);
     out
 }

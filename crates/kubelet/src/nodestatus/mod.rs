@@ -48,6 +48,8 @@ pub struct NodeStatusManager {
     pub provider_id: Option<String>,
     /// Node addresses.
     pub node_ips: Vec<IpAddr>,
+    /// `--node-ip` as given (for the cloud-controller-manager's annotation).
+    pub provided_node_ips: Vec<IpAddr>,
     /// Host facts.
     pub machine: MachineInfo,
     /// Runtime (version, status).
@@ -174,9 +176,25 @@ impl NodeStatusManager {
         }
     }
 
-    async fn patch_status(&self, status: &NodeStatus) -> Result<Node, kube::Error> {
+    async fn patch_status(
+        &self,
+        status: &NodeStatus,
+        own_addresses: bool,
+    ) -> Result<Node, kube::Error> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let body = serde_json::json!({ "status": status });
+        let mut body = serde_json::json!({ "status": status });
+        if !own_addresses && let Some(s) = body["status"].as_object_mut() {
+            s.remove("addresses");
+        }
+        // The kubelet owns the whole address list, and two addresses may share a
+        // type (dual-stack), which merging by type cannot express: replace it.
+        if let Some(list) = body
+            .get_mut("status")
+            .and_then(|s| s.get_mut("addresses"))
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            list.insert(0, serde_json::json!({"$patch": "replace"}));
+        }
         api.patch_status(
             &self.node_name,
             &PatchParams::default(),
@@ -193,6 +211,7 @@ impl NodeStatusManager {
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let mut last: NodeStatus = node.status.clone().unwrap_or_default();
+        let mut api_addresses = last.addresses.clone().unwrap_or_default();
         let conditions = |s: &NodeStatus| s.conditions.clone().unwrap_or_default();
         self.record_transitions(&[], &conditions(&last));
         self.registered.send_replace(Some(uid));
@@ -210,14 +229,36 @@ impl NodeStatusManager {
                 .as_ref()
                 .map(|i| i.container_runtime_version.clone())
                 .unwrap_or_default();
-            let status = self.compute(&conditions(&last), &version).await;
+            let mut status = self.compute(&conditions(&last), &version).await;
+            let mut own_addresses = true;
+            if self.cfg.external_cloud_provider
+                && let Ok(current) = Api::<Node>::all(self.client.clone())
+                    .get(&self.node_name)
+                    .await
+            {
+                api_addresses = current.status.and_then(|s| s.addresses).unwrap_or_default();
+            }
+            if self.cfg.external_cloud_provider
+                && !api_addresses.is_empty()
+                && status.addresses.as_ref() != Some(&api_addresses)
+            {
+                // A cloud-controller-manager set them; its addresses take precedence (upstream).
+                status.addresses = Some(api_addresses.clone());
+                own_addresses = false;
+            }
             let due = last_report.elapsed() >= self.cfg.node_status_report_frequency;
             if !setters::changed(&last, &status) && !due {
                 debug!("Node status unchanged; not reporting");
                 continue;
             }
-            match tokio::time::timeout(Duration::from_secs(30), self.patch_status(&status)).await {
-                Ok(Ok(_)) => {
+            match tokio::time::timeout(
+                Duration::from_secs(30),
+                self.patch_status(&status, own_addresses),
+            )
+            .await
+            {
+                Ok(Ok(node)) => {
+                    api_addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
                     self.record_transitions(&conditions(&last), &conditions(&status));
                     last = status;
                     last_report = Instant::now();
@@ -310,6 +351,7 @@ mod tests {
             }],
             provider_id: Some("kubelet-rs://n1".into()),
             node_ips: vec!["10.0.0.5".parse().expect("ip")],
+            provided_node_ips: vec![],
             machine: MachineInfo {
                 num_cores: 2,
                 memory_bytes: 4 << 30,
@@ -393,6 +435,138 @@ mod tests {
         stop.cancel();
     }
 
+    fn manager(
+        client: kube::Client,
+        fake: &FakeRuntime,
+        stop: &CancellationToken,
+        cfg: ClusterConfig,
+        provided: Vec<IpAddr>,
+    ) -> (NodeStatusManager, watch::Receiver<Option<String>>) {
+        let (tx, rx) = watch::channel(None);
+        let m = NodeStatusManager {
+            client,
+            node_name: "n1".into(),
+            cfg,
+            max_pods: 110,
+            node_labels: Default::default(),
+            taints: vec![],
+            provider_id: None,
+            node_ips: vec!["10.0.0.5".parse().expect("ip")],
+            provided_node_ips: provided,
+            machine: MachineInfo::default(),
+            runtime: Arc::new(fake.clone()),
+            images: Arc::new(fake.clone()),
+            health: health(fake, stop),
+            clock: Arc::new(TokioClock::default()),
+            recorder: Arc::new(RecordingRecorder::default()),
+            registered: tx,
+        };
+        (m, rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_an_external_cloud_provider_the_ccm_owns_addresses() {
+        let c = Cluster::start(Default::default()).await;
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        let mut cfg =
+            crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg");
+        cfg.external_cloud_provider = true;
+        let (m, mut registered) = manager(
+            c.node_client("n1").await,
+            &fake,
+            &stop,
+            cfg,
+            vec!["10.0.0.5".parse().expect("ip")],
+        );
+        tokio::spawn(m.run(stop.clone()));
+        registered
+            .wait_for(Option::is_some)
+            .await
+            .expect("registered");
+        let node = c.api.get("nodes", "", "n1").expect("node");
+        assert_eq!(
+            node["spec"]["taints"][0]["key"],
+            register::EXTERNAL_CLOUD_TAINT
+        );
+        assert_eq!(
+            node["metadata"]["annotations"][register::PROVIDED_IP_ANNOTATION],
+            "10.0.0.5"
+        );
+        // The cloud-controller-manager sets the provider's addresses.
+        let ccm = serde_json::json!({"status": {"addresses": [{"$patch": "replace"},
+            {"type": "InternalIP", "address": "172.16.0.9"}, {"type": "ExternalIP", "address": "203.0.113.9"}]}});
+        Api::<Node>::all(c.admin().await)
+            .patch_status("n1", &PatchParams::default(), &Patch::Strategic(ccm))
+            .await
+            .expect("ccm patch");
+        fake.set_down(true);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let node = c.api.get("nodes", "", "n1").expect("node");
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+        assert_eq!(
+            ready.map(|r| r["status"].clone()),
+            Some(serde_json::json!("False")),
+            "status still reported"
+        );
+        assert_eq!(
+            node["status"]["addresses"][1]["address"], "203.0.113.9",
+            "the CCM addresses are kept: {}",
+            node["status"]["addresses"]
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn the_address_list_is_replaced_not_merged_by_type() {
+        let c = Cluster::start(Default::default()).await;
+        let admin: Api<Node> = Api::all(c.admin().await);
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        admin.create(&Default::default(), &n).await.expect("node");
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        let m = NodeStatusManager {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            cfg: crate::config::cluster::resolve(&Default::default(), &Default::default())
+                .expect("cfg"),
+            max_pods: 110,
+            node_labels: Default::default(),
+            taints: vec![],
+            provider_id: None,
+            node_ips: vec![],
+            provided_node_ips: vec![],
+            machine: MachineInfo::default(),
+            runtime: Arc::new(fake.clone()),
+            images: Arc::new(fake.clone()),
+            health: health(&fake, &stop),
+            clock: Arc::new(crate::clock::SystemClock),
+            recorder: Arc::new(RecordingRecorder::default()),
+            registered: watch::channel(None).0,
+        };
+        let ips =
+            |v: &[&str]| -> Vec<IpAddr> { v.iter().map(|s| s.parse().expect("ip")).collect() };
+        let dual = NodeStatus {
+            addresses: Some(setters::addresses(&ips(&["10.0.0.5", "fd00::5"]), "n1")),
+            ..Default::default()
+        };
+        m.patch_status(&dual, true).await.expect("patch");
+        let single = NodeStatus {
+            addresses: Some(setters::addresses(&ips(&["10.0.0.6"]), "n1")),
+            ..Default::default()
+        };
+        m.patch_status(&single, true).await.expect("patch");
+        let stored = c.api.get("nodes", "", "n1").expect("node");
+        assert_eq!(
+            stored["status"]["addresses"],
+            serde_json::json!([{"type": "InternalIP", "address": "10.0.0.6"}, {"type": "Hostname", "address": "n1"}])
+        );
+        stop.cancel();
+    }
+
     #[tokio::test]
     async fn an_existing_node_is_reconciled_not_replaced() {
         let c = Cluster::start(Default::default()).await;
@@ -427,6 +601,7 @@ mod tests {
             taints: vec![],
             provider_id: None,
             node_ips: vec![],
+            provided_node_ips: vec![],
             machine: MachineInfo {
                 architecture: "amd64".into(),
                 ..Default::default()

@@ -20,18 +20,30 @@ use super::{NodeStatusManager, log_registered};
 pub const CMAD_ANNOTATION: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
 /// Annotation: TTL of cached objects for this node.
 pub const TTL_ANNOTATION: &str = "node.alpha.kubernetes.io/ttl";
+/// Taint until a cloud-controller-manager initialized the node.
+pub const EXTERNAL_CLOUD_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// Annotation: the `--node-ip` the kubelet was given, for the cloud-controller-manager.
+pub const PROVIDED_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
 
 /// The Node to create.
 pub fn initial_node(m: &NodeStatusManager, status: &NodeStatus) -> Node {
     let mut labels = m.default_labels();
     labels.extend(m.node_labels.clone());
-    let annotations: BTreeMap<String, String> = [
+    let mut annotations: BTreeMap<String, String> = [
         (CMAD_ANNOTATION.to_string(), "true".to_string()),
         (TTL_ANNOTATION.to_string(), "0".to_string()),
     ]
     .into_iter()
     .collect();
-    let taints: Vec<Taint> = m
+    if m.cfg.external_cloud_provider && !m.provided_node_ips.is_empty() {
+        let ips: Vec<String> = m
+            .provided_node_ips
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        annotations.insert(PROVIDED_IP_ANNOTATION.to_string(), ips.join(","));
+    }
+    let mut taints: Vec<Taint> = m
         .taints
         .iter()
         .map(|t| Taint {
@@ -41,6 +53,15 @@ pub fn initial_node(m: &NodeStatusManager, status: &NodeStatus) -> Node {
             time_added: None,
         })
         .collect();
+    if m.cfg.external_cloud_provider {
+        // Upstream: the cloud-controller-manager removes it once it initialized the node.
+        taints.push(Taint {
+            key: EXTERNAL_CLOUD_TAINT.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    }
     let mut node = Node {
         spec: Some(NodeSpec {
             provider_id: m.provider_id.clone(),
