@@ -249,6 +249,70 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn watches_get_bookmarks_and_410_as_an_error_event() {
+        use futures::StreamExt;
+        use kube::api::{PostParams, WatchEvent, WatchParams};
+        let c = Cluster::start(Options {
+            bookmark_interval: Duration::from_millis(100),
+            ..Options::default()
+        })
+        .await;
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        let p: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "a"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+        let created = admin.create(&PostParams::default(), &p).await.expect("pod");
+        let rv = created
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        let stream = admin
+            .watch(&WatchParams::default().timeout(5), &rv)
+            .await
+            .expect("watch");
+        let mut stream = std::pin::pin!(stream);
+        let first = tokio::time::timeout(Duration::from_secs(3), stream.next())
+            .await
+            .expect("in time");
+        match first {
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                assert_eq!(b.metadata.resource_version, rv, "nothing newer seen")
+            }
+            other => panic!("expected a bookmark, got {other:?}"),
+        }
+        // Compacted past the requested revision: the watch answers with an Expired (410) error event.
+        admin
+            .create(
+                &PostParams::default(),
+                &Pod {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some("b".into()),
+                        ..Default::default()
+                    },
+                    ..p.clone()
+                },
+            )
+            .await
+            .expect("pod b");
+        c.api.compact();
+        let stream = admin
+            .watch(&WatchParams::default().timeout(5), &rv)
+            .await
+            .expect("watch");
+        let mut stream = std::pin::pin!(stream);
+        match tokio::time::timeout(Duration::from_secs(3), stream.next())
+            .await
+            .expect("in time")
+        {
+            Some(Ok(WatchEvent::Error(e))) => {
+                assert_eq!((e.code, e.reason.as_str()), (410, "Expired"))
+            }
+            other => panic!("expected 410 Gone, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn bootstrap_waits_for_a_manual_approval() {
         use k8s_openapi::api::certificates::v1::{
             CertificateSigningRequest, CertificateSigningRequestCondition,
