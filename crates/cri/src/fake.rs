@@ -27,6 +27,7 @@ struct State {
     hang_status: HashSet<String>,
     calls: Vec<&'static str>,
     down: bool,
+    network_down: bool,
 }
 
 /// In-memory runtime. Cheap to clone; clones share state.
@@ -88,6 +89,11 @@ impl FakeRuntime {
     /// Every call fails with `Unavailable` while `down` is true.
     pub fn set_down(&self, down: bool) {
         self.state.lock().down = down;
+    }
+
+    /// `Status` reports NetworkReady=false (CNI not configured) while set.
+    pub fn set_network_down(&self, down: bool) {
+        self.state.lock().network_down = down;
     }
 
     /// The container's process exits with `code`.
@@ -247,8 +253,14 @@ impl RuntimeService for FakeRuntime {
             status: true,
             ..Default::default()
         };
+        let mut network = cond("NetworkReady");
+        if self.state.lock().network_down {
+            network.status = false;
+            network.reason = "NetworkPluginNotReady".into();
+            network.message = "cni config uninitialized".into();
+        }
         Ok(pb::RuntimeStatus {
-            conditions: vec![cond("RuntimeReady"), cond("NetworkReady")],
+            conditions: vec![cond("RuntimeReady"), network],
         })
     }
 

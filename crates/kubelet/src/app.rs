@@ -347,6 +347,7 @@ impl App {
             max_loop_stall: (cfg.sync_frequency * 2).max(Duration::from_secs(300)),
             pleg,
             runtime_error: RwLock::new(None),
+            network_error: RwLock::new(None),
         });
         let runtime: Arc<dyn RuntimeService> = Arc::new(self.remote.clone());
         tasks.spawn(healthz::watch_runtime(

@@ -32,6 +32,9 @@ pub struct Health {
     pub pleg: Arc<GenericPleg>,
     /// Last runtime check error, if the last check failed.
     pub runtime_error: RwLock<Option<String>>,
+    /// The runtime's NetworkReady=false, if so (upstream `runtimeState.networkErrors`);
+    /// it makes the node NotReady but the kubelet itself stays healthy.
+    pub network_error: RwLock<Option<String>>,
 }
 
 impl Health {
@@ -99,14 +102,24 @@ pub async fn watch_runtime(
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let err = match runtime.status().await {
-            Ok(s) => s
-                .conditions
-                .iter()
-                .find(|c| c.r#type == "RuntimeReady" && !c.status)
-                .map(|c| format!("container runtime not ready: {}: {}", c.reason, c.message)),
-            Err(e) => Some(format!("container runtime is down: {e}")),
+        let (err, network) = match runtime.status().await {
+            Ok(s) => {
+                let down = |t: &str| s.conditions.iter().find(|c| c.r#type == t && !c.status);
+                (
+                    down("RuntimeReady").map(|c| {
+                        format!("container runtime not ready: {}: {}", c.reason, c.message)
+                    }),
+                    down("NetworkReady").map(|c| {
+                        format!(
+                            "container runtime network not ready: NetworkReady=false reason:{} message:{}",
+                            c.reason, c.message
+                        )
+                    }),
+                )
+            }
+            Err(e) => (Some(format!("container runtime is down: {e}")), None),
         };
+        *health.network_error.write() = network;
         let mut cur = health.runtime_error.write();
         match (&*cur, &err) {
             (None, Some(e)) => warn!(error = %e, "Container runtime check failed"),
@@ -135,6 +148,7 @@ mod tests {
             max_loop_stall: Duration::from_secs(300),
             pleg,
             runtime_error: RwLock::new(None),
+            network_error: RwLock::new(None),
         })
     }
 
@@ -172,6 +186,16 @@ mod tests {
         );
         fake.set_down(false);
         tokio::time::sleep(RUNTIME_CHECK_PERIOD + Duration::from_millis(10)).await;
+        assert!(h.failures().is_empty(), "{:?}", h.failures());
+        // Network not ready: recorded for node status, but the kubelet stays healthy.
+        fake.set_network_down(true);
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD).await;
+        assert_eq!(
+            h.network_error.read().as_deref(),
+            Some(
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni config uninitialized"
+            )
+        );
         assert!(h.failures().is_empty(), "{:?}", h.failures());
         stop.cancel();
     }

@@ -66,6 +66,7 @@ pub fn health(
         max_loop_stall: Duration::from_secs(300),
         pleg,
         runtime_error: parking_lot::RwLock::new(None),
+        network_error: parking_lot::RwLock::new(None),
     })
 }
 

@@ -52,7 +52,7 @@ pub struct NodeStatusManager {
     pub provided_node_ips: Vec<IpAddr>,
     /// Host facts.
     pub machine: MachineInfo,
-    /// Runtime (version, status).
+    /// Runtime (version).
     pub runtime: Arc<dyn RuntimeService>,
     /// Images (for `status.images`).
     pub images: Arc<dyn ImageService>,
@@ -75,31 +75,12 @@ struct RuntimeFacts {
 
 impl NodeStatusManager {
     async fn runtime_facts(&self, last_version: &str) -> RuntimeFacts {
-        let mut not_ready = vec![];
-        if self.health.runtime_error.read().is_some() {
-            not_ready.push("container runtime is down".to_string());
-        }
+        // The runtime's state as the health check last saw it (upstream `runtimeState`):
+        // no second status call to the runtime.
+        let mut not_ready: Vec<String> = self.health.runtime_error.read().iter().cloned().collect();
+        not_ready.extend(self.health.network_error.read().iter().cloned());
         if let Err(e) = self.health.pleg.healthy() {
             not_ready.push(format!("PLEG is not healthy: {e}"));
-        }
-        match self.runtime.status().await {
-            Ok(st) => {
-                for c in st.conditions.iter().filter(|c| !c.status) {
-                    match c.r#type.as_str() {
-                        "RuntimeReady" => not_ready.push(format!(
-                            "container runtime status check may not have completed yet: RuntimeReady=false reason:{} message:{}",
-                            c.reason, c.message
-                        )),
-                        "NetworkReady" => not_ready.push(format!(
-                            "container runtime network not ready: NetworkReady=false reason:{} message:{}",
-                            c.reason, c.message
-                        )),
-                        _ => {}
-                    }
-                }
-            }
-            Err(_) if !not_ready.is_empty() => {}
-            Err(_) => not_ready.push("container runtime is down".to_string()),
         }
         let version = match self.runtime.version().await {
             Ok(v) => format!("{}://{}", v.runtime_name, v.runtime_version),
@@ -403,7 +384,7 @@ mod tests {
 
         // The runtime goes down: the next period reports NotReady, once.
         fake.set_down(true);
-        *health.runtime_error.write() = Some("down".into());
+        *health.runtime_error.write() = Some("container runtime is down: injected".into());
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(status_patches(&c), 1);
         let (status, reason, message) = ready(&c);
@@ -479,6 +460,7 @@ mod tests {
             cfg,
             vec!["10.0.0.5".parse().expect("ip")],
         );
+        let health = m.health.clone();
         tokio::spawn(m.run(stop.clone()));
         registered
             .wait_for(Option::is_some)
@@ -500,16 +482,21 @@ mod tests {
             .patch_status("n1", &PatchParams::default(), &Patch::Strategic(ccm))
             .await
             .expect("ccm patch");
-        fake.set_down(true);
+        *health.network_error.write() = Some(
+            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni config uninitialized".into(),
+        );
         tokio::time::sleep(Duration::from_secs(11)).await;
         let node = c.api.get("nodes", "", "n1").expect("node");
         let ready = node["status"]["conditions"]
             .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
-        assert_eq!(
-            ready.map(|r| r["status"].clone()),
-            Some(serde_json::json!("False")),
-            "status still reported"
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+            .expect("Ready");
+        assert_eq!(ready["status"], "False", "status still reported");
+        assert!(
+            ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("network not ready")),
+            "{ready}"
         );
         assert_eq!(
             node["status"]["addresses"][1]["address"], "203.0.113.9",
