@@ -152,19 +152,27 @@ mod tests {
     use kubelet_types::Source;
     use tokio_util::sync::CancellationToken;
 
-    #[tokio::test]
-    async fn bootstrap_gets_an_approved_kubelet_certificate_and_writes_the_kubeconfig() {
-        let c = Cluster::start(Options::default()).await;
+    /// Bootstraps `node` with the double's bootstrap token: (bootstrap kubeconfig, kubeconfig, cert dir).
+    async fn bootstrapped(
+        c: &Cluster,
+        node: &str,
+    ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
         let dir = c.dir.path();
         let bootstrap = dir.join("bootstrap-kubelet.conf");
         c.api
             .write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)
             .expect("bootstrap kubeconfig");
-        let kubeconfig = dir.join("kubelet.conf");
-        let pki = dir.join("pki");
-        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, "node-a")
+        let (kubeconfig, pki) = (dir.join("kubelet.conf"), dir.join("pki"));
+        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, node)
             .await
             .expect("bootstrap");
+        (bootstrap, kubeconfig, pki)
+    }
+
+    #[tokio::test]
+    async fn bootstrap_gets_an_approved_kubelet_certificate_and_writes_the_kubeconfig() {
+        let c = Cluster::start(Options::default()).await;
+        let (bootstrap, kubeconfig, pki) = bootstrapped(&c, "node-a").await;
 
         let csrs = c.api.list("certificatesigningrequests");
         assert_eq!(csrs.len(), 1);
@@ -251,16 +259,7 @@ mod tests {
             ..Options::default()
         })
         .await;
-        let dir = c.dir.path();
-        let bootstrap = dir.join("bootstrap-kubelet.conf");
-        c.api
-            .write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)
-            .expect("bootstrap kubeconfig");
-        let kubeconfig = dir.join("kubelet.conf");
-        let pki = dir.join("pki");
-        load_client_cert(&kubeconfig, Some(&bootstrap), &pki, "n1")
-            .await
-            .expect("bootstrap");
+        let (_, kubeconfig, pki) = bootstrapped(&c, "n1").await;
         let started = tokio::time::Instant::now();
         // Later certificates live long.
         c.api

@@ -314,39 +314,25 @@ mod tests {
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
         fake.add_image("localhost:5000/busybox:1.35");
-        let health = health(&fake, &stop);
-        let recorder = Arc::new(RecordingRecorder::default());
-        let (tx, mut registered) = watch::channel(None);
-        let cfg =
-            crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg");
-        let m = NodeStatusManager {
-            client: c.node_client("n1").await,
-            node_name: "n1".into(),
-            cfg,
-            max_pods: 110,
-            node_labels: [("node-role.example/edge".to_string(), "".to_string())].into(),
-            taints: vec![Taint {
-                key: "dedicated".into(),
-                value: "edge".into(),
-                effect: "NoSchedule".into(),
-            }],
-            provider_id: Some("kubelet-rs://n1".into()),
-            node_ips: vec!["10.0.0.5".parse().expect("ip")],
-            provided_node_ips: vec![],
-            machine: MachineInfo {
-                num_cores: 2,
-                memory_bytes: 4 << 30,
-                root_fs_bytes: 50 << 30,
-                architecture: "amd64".into(),
-                ..Default::default()
-            },
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            health: health.clone(),
-            clock: Arc::new(TokioClock::default()),
-            recorder: recorder.clone(),
-            registered: tx,
+        let (mut m, mut registered) =
+            manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
+        m.node_labels = [("node-role.example/edge".to_string(), "".to_string())].into();
+        m.taints = vec![Taint {
+            key: "dedicated".into(),
+            value: "edge".into(),
+            effect: "NoSchedule".into(),
+        }];
+        m.provider_id = Some("kubelet-rs://n1".into());
+        m.machine = MachineInfo {
+            num_cores: 2,
+            memory_bytes: 4 << 30,
+            root_fs_bytes: 50 << 30,
+            architecture: "amd64".into(),
+            ..Default::default()
         };
+        let recorder = Arc::new(RecordingRecorder::default());
+        m.recorder = recorder.clone();
+        let health = m.health.clone();
         tokio::spawn(m.run(stop.clone()));
         registered
             .wait_for(Option::is_some)
@@ -416,6 +402,10 @@ mod tests {
         stop.cancel();
     }
 
+    fn cfg() -> ClusterConfig {
+        crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg")
+    }
+
     fn manager(
         client: kube::Client,
         fake: &FakeRuntime,
@@ -434,7 +424,10 @@ mod tests {
             provider_id: None,
             node_ips: vec!["10.0.0.5".parse().expect("ip")],
             provided_node_ips: provided,
-            machine: MachineInfo::default(),
+            machine: MachineInfo {
+                architecture: "amd64".into(),
+                ..Default::default()
+            },
             runtime: Arc::new(fake.clone()),
             images: Arc::new(fake.clone()),
             health: health(fake, stop),
@@ -450,8 +443,7 @@ mod tests {
         let c = Cluster::start(Default::default()).await;
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
-        let mut cfg =
-            crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg");
+        let mut cfg = cfg();
         cfg.external_cloud_provider = true;
         let (m, mut registered) = manager(
             c.node_client("n1").await,
@@ -515,25 +507,7 @@ mod tests {
         admin.create(&Default::default(), &n).await.expect("node");
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
-        let m = NodeStatusManager {
-            client: c.node_client("n1").await,
-            node_name: "n1".into(),
-            cfg: crate::config::cluster::resolve(&Default::default(), &Default::default())
-                .expect("cfg"),
-            max_pods: 110,
-            node_labels: Default::default(),
-            taints: vec![],
-            provider_id: None,
-            node_ips: vec![],
-            provided_node_ips: vec![],
-            machine: MachineInfo::default(),
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            health: health(&fake, &stop),
-            clock: Arc::new(crate::clock::SystemClock),
-            recorder: Arc::new(RecordingRecorder::default()),
-            registered: watch::channel(None).0,
-        };
+        let (m, _) = manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
         let ips =
             |v: &[&str]| -> Vec<IpAddr> { v.iter().map(|s| s.parse().expect("ip")).collect() };
         let dual = NodeStatus {
@@ -577,29 +551,7 @@ mod tests {
             .expect("pre-existing node");
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
-        let (tx, mut registered) = watch::channel(None);
-        let m = NodeStatusManager {
-            client: c.node_client("n1").await,
-            node_name: "n1".into(),
-            cfg: crate::config::cluster::resolve(&Default::default(), &Default::default())
-                .expect("cfg"),
-            max_pods: 110,
-            node_labels: Default::default(),
-            taints: vec![],
-            provider_id: None,
-            node_ips: vec![],
-            provided_node_ips: vec![],
-            machine: MachineInfo {
-                architecture: "amd64".into(),
-                ..Default::default()
-            },
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            health: health(&fake, &stop),
-            clock: Arc::new(crate::clock::SystemClock),
-            recorder: Arc::new(RecordingRecorder::default()),
-            registered: tx,
-        };
+        let (m, mut registered) = manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
         tokio::spawn(m.run(stop.clone()));
         let uid = registered
             .wait_for(Option::is_some)

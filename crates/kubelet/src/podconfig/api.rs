@@ -183,6 +183,33 @@ mod tests {
             .expect("channel open")
     }
 
+    async fn create(admin: &Api<Pod>, name: &str, node: &str, mirror: bool) {
+        admin
+            .create(&PostParams::default(), &pod(name, node, mirror))
+            .await
+            .expect("create pod");
+    }
+
+    /// An api source for node n1 feeding a merger.
+    async fn start(
+        c: &Cluster,
+        stop: &CancellationToken,
+    ) -> (
+        mpsc::Receiver<PodUpdate>,
+        Arc<crate::podconfig::SourcesReady>,
+        MirrorPods,
+    ) {
+        let (tx, rx, ready) = spawn_merger(&[Source::Api], stop.clone());
+        let mirror = MirrorPods::default();
+        let src = ApiSource {
+            client: c.node_client("n1").await,
+            node_name: "n1".into(),
+            mirror: mirror.clone(),
+        };
+        tokio::spawn(src.run(tx, stop.clone()));
+        (rx, ready, mirror)
+    }
+
     async fn quiet(rx: &mut mpsc::Receiver<PodUpdate>, d: Duration) {
         if let Ok(Some(u)) = tokio::time::timeout(d, rx.recv()).await {
             panic!("unexpected update {:?} for {:?}", u.op, names(&u));
@@ -193,27 +220,11 @@ mod tests {
     async fn expired_resource_version_relists_without_duplicate_updates() {
         let c = Cluster::start(Default::default()).await;
         let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
-        admin
-            .create(&PostParams::default(), &pod("a", "n1", false))
-            .await
-            .expect("a");
-        admin
-            .create(&PostParams::default(), &pod("elsewhere", "n2", false))
-            .await
-            .expect("other node");
-        admin
-            .create(&PostParams::default(), &pod("static-n1", "n1", true))
-            .await
-            .expect("mirror");
+        create(&admin, "a", "n1", false).await;
+        create(&admin, "elsewhere", "n2", false).await;
+        create(&admin, "static-n1", "n1", true).await;
         let stop = CancellationToken::new();
-        let (tx, mut rx, ready) = spawn_merger(&[Source::Api], stop.clone());
-        let mirror = MirrorPods::default();
-        let src = ApiSource {
-            client: c.node_client("n1").await,
-            node_name: "n1".into(),
-            mirror: mirror.clone(),
-        };
-        tokio::spawn(src.run(tx, stop.clone()));
+        let (mut rx, ready, mirror) = start(&c, &stop).await;
         let u = next(&mut rx).await;
         assert_eq!(u.op, PodOperation::Add);
         assert_eq!(names(&u), ["a"], "only this node's pods, mirrors apart");
@@ -231,10 +242,7 @@ mod tests {
             .filter(|r| r.method == "GET" && !r.query.contains("watch=true"))
             .count();
         // A change this watch does not see moves the revision past the client's.
-        admin
-            .create(&PostParams::default(), &pod("elsewhere-2", "n2", false))
-            .await
-            .expect("other node");
+        create(&admin, "elsewhere-2", "n2", false).await;
         c.api.compact();
         c.api.close_watches();
         quiet(&mut rx, Duration::from_secs(2)).await;
@@ -250,10 +258,7 @@ mod tests {
         );
 
         // And the stream still works afterwards.
-        admin
-            .create(&PostParams::default(), &pod("b", "n1", false))
-            .await
-            .expect("b");
+        create(&admin, "b", "n1", false).await;
         let u = next(&mut rx).await;
         assert_eq!(
             (u.op, names(&u)),
@@ -276,28 +281,16 @@ mod tests {
     async fn pods_survive_an_unreachable_apiserver() {
         let c = Cluster::start(Default::default()).await;
         let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
-        admin
-            .create(&PostParams::default(), &pod("a", "n1", false))
-            .await
-            .expect("a");
+        create(&admin, "a", "n1", false).await;
         let stop = CancellationToken::new();
-        let (tx, mut rx, _) = spawn_merger(&[Source::Api], stop.clone());
-        let src = ApiSource {
-            client: c.node_client("n1").await,
-            node_name: "n1".into(),
-            mirror: MirrorPods::default(),
-        };
-        tokio::spawn(src.run(tx, stop.clone()));
+        let (mut rx, _, _) = start(&c, &stop).await;
         assert_eq!(next(&mut rx).await.op, PodOperation::Add);
         c.api.set_up(false);
         quiet(&mut rx, Duration::from_secs(3)).await;
         c.api.set_up(true);
         // Back: nothing to do for the pod that was there all along.
         quiet(&mut rx, Duration::from_secs(3)).await;
-        admin
-            .create(&PostParams::default(), &pod("b", "n1", false))
-            .await
-            .expect("b");
+        create(&admin, "b", "n1", false).await;
         let u = next(&mut rx).await;
         assert_eq!(
             (u.op, names(&u)),
