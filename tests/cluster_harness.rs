@@ -39,7 +39,7 @@ impl Joined {
             f.cert_dir = Some(conf.join("pki"));
         })
         .await;
-        let admin = kubelet::kubeclient::from_kubeconfig(&admin_conf, 1000.0, 1000)
+        let admin = kubelet_client::from_kubeconfig(&admin_conf, 1000.0, 1000)
             .await
             .expect("admin client")
             .0;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use cri::{RemoteRuntime, RuntimeService};
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
-use kubelet::config::Flags;
 use kubelet::{App, AppHandle, KubeletConfig, Running};
+use kubelet_config::Flags;
 
 #[path = "cluster_harness.rs"]
 pub mod cluster;
@@ -61,7 +61,7 @@ impl Node {
     /// Starts a kubelet with `tweak` applied to its flags.
     pub async fn start(tweak: impl FnOnce(&mut Flags)) -> Node {
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(kubelet::logging::filter_for(2))
+            .with_env_filter(kubelet_config::logs::filter_for(2))
             .with_test_writer()
             .try_init();
         let runtime = require_runtime().await;
@@ -134,8 +134,8 @@ impl Node {
         let full = self.pod_name(name);
         self.handle()
             .desired
-            .read()
-            .values()
+            .get_pods()
+            .into_iter()
             .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
             .and_then(|p| p.metadata.uid.clone())
     }

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use kubelet::config::{Flags, KubeletConfiguration, deprecated_in_use};
-use kubelet::{App, KubeletConfig, logging};
+use kubelet::App;
+use kubelet_config::logs as logging;
+use kubelet_config::{Flags, KubeletConfig, KubeletConfiguration, deprecated_in_use};
 use tracing::{error, info, warn};
 
 /// EX_USAGE: bad flags or configuration.

@@ -214,7 +214,7 @@ fn systemd_unit_and_kubeadm_drop_in_are_what_operators_expect() {
                 .unwrap_or_default(),
         );
     }
-    let flags = <kubelet::config::Flags as clap::Parser>::try_parse_from(&argv)
+    let flags = <kubelet_config::Flags as clap::Parser>::try_parse_from(&argv)
         .expect("kubeadm's command line parses");
     assert_eq!(
         flags.kubeconfig.as_deref(),

@@ -28,6 +28,7 @@ struct State {
     calls: Vec<&'static str>,
     down: bool,
     network_down: bool,
+    version: Option<(String, String)>,
 }
 
 /// In-memory runtime. Cheap to clone; clones share state.
@@ -94,6 +95,11 @@ impl FakeRuntime {
     /// `Status` reports NetworkReady=false (CNI not configured) while set.
     pub fn set_network_down(&self, down: bool) {
         self.state.lock().network_down = down;
+    }
+
+    /// `Version` reports `name` and `version` from now on (a runtime upgraded underneath).
+    pub fn set_version(&self, name: &str, version: &str) {
+        self.state.lock().version = Some((name.to_string(), version.to_string()));
     }
 
     /// The container's process exits with `code`.
@@ -238,10 +244,16 @@ fn not_found(op: &'static str, what: &str) -> CriError {
 impl RuntimeService for FakeRuntime {
     async fn version(&self) -> Result<pb::VersionResponse> {
         self.enter("Version")?;
+        let (name, version) = self
+            .state
+            .lock()
+            .version
+            .clone()
+            .unwrap_or_else(|| ("fake".into(), "1.0.0".into()));
         Ok(pb::VersionResponse {
             version: "0.1.0".into(),
-            runtime_name: "fake".into(),
-            runtime_version: "1.0.0".into(),
+            runtime_name: name,
+            runtime_version: version,
             runtime_api_version: "v1".into(),
         })
     }

@@ -1,33 +1,28 @@
 //! The kubelet-rs node agent (upstream `pkg/kubelet`).
 //!
 //! Pod sources ([`podconfig`]) feed one merged channel of pod updates into the
-//! [`sync_loop`], which dispatches each pod to its worker ([`pod_workers`]);
-//! workers sync pods through the runtime manager of `kubelet-runtime`. The
-//! PLEG wakes pods whose containers changed; [`status`] turns runtime state
-//! into API pod status; [`healthz`] serves the local health endpoint. [`App`]
-//! wires it all under one cancellation tree.
+//! [`sync_loop`], which records desired pods in the [`pod_manager`] and
+//! dispatches each pod to its worker ([`pod_workers`]); workers sync pods
+//! through the runtime manager of `kubelet-runtime` ([`pod_sync`]). The PLEG
+//! wakes pods whose containers changed; [`status`] turns runtime state into API
+//! pod status; [`runtime_state`] is the node's view of the runtime;
+//! [`lifecycle`] admits pods. [`App`] wires it all under one cancellation tree.
+//!
+//! Configuration, the apiserver client, the Node and the HTTP endpoints live
+//! in their own crates: `kubelet-config`, `kubelet-client`, `kubelet-node` and
+//! `kubelet-server`.
 
 pub mod active_deadline;
-mod admission;
 mod app;
-pub mod certificate;
-pub mod clock;
-pub mod config;
-pub mod events;
-pub mod healthz;
-pub mod kubeclient;
-pub mod logging;
+mod lifecycle;
 pub mod mirror;
-pub mod node_ip;
-pub mod nodelease;
-pub mod nodestatus;
+pub mod pod_manager;
 pub mod pod_sync;
 pub mod pod_workers;
 pub mod podconfig;
+pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;
-#[cfg(test)]
-mod test_support;
 
 pub use app::{App, AppError, AppHandle, Running};
-pub use config::{ConfigError, KubeletConfig};
+pub use kubelet_config::{ConfigError, KubeletConfig};

@@ -18,9 +18,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::pod_manager::PodManager;
 use crate::podconfig::SourcesReady;
-use crate::podconfig::api::MirrorPods;
-use crate::sync_loop::DesiredPods;
 
 /// How often the reconciler looks even without a change notification.
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -72,9 +71,9 @@ pub struct MirrorManager {
     /// Node name.
     pub node_name: String,
     /// Pods the sources want.
-    pub desired: DesiredPods,
+    pub desired: PodManager,
     /// Mirror pods the apiserver has.
-    pub mirror: MirrorPods,
+    pub mirror: PodManager,
     /// Whether every source reported.
     pub sources_ready: Arc<SourcesReady>,
     /// The Node's UID once registered.
@@ -118,14 +117,13 @@ impl MirrorManager {
         };
         let statics: Vec<Arc<Pod>> = self
             .desired
-            .read()
-            .values()
+            .get_pods()
+            .into_iter()
             .filter(|p| is_static(p) && p.metadata.deletion_timestamp.is_none())
-            .cloned()
             .collect();
         for sp in &statics {
             let hash = annotation(sp, labels::CONFIG_HASH).unwrap_or(pod::uid(sp));
-            match self.mirror.get(&pod::full_name(sp)) {
+            match self.mirror.get_mirror_pod_by_full_name(&pod::full_name(sp)) {
                 Some(m)
                     if annotation(&m, labels::CONFIG_MIRROR) == Some(hash)
                         && m.metadata.deletion_timestamp.is_none() => {}
@@ -140,7 +138,7 @@ impl MirrorManager {
         if !self.sources_ready.all_ready() {
             return;
         }
-        for m in self.mirror.all() {
+        for m in self.mirror.get_mirror_pods() {
             let full = pod::full_name(&m);
             if !statics.iter().any(|sp| pod::full_name(sp) == full)
                 && m.metadata.deletion_timestamp.is_none()
@@ -153,7 +151,7 @@ impl MirrorManager {
 
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) {
-        let mut changed = self.mirror.subscribe();
+        let mut changed = self.mirror.subscribe_mirror();
         let mut tick = tokio::time::interval(PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -172,7 +170,7 @@ mod tests {
     use super::*;
     use crate::podconfig::api::ApiSource;
     use crate::podconfig::spawn_merger;
-    use crate::test_support::Cluster;
+    use kubelet_test_util::Cluster;
     use kubelet_types::Source;
 
     fn static_pod(hash: &str) -> Pod {
@@ -197,8 +195,12 @@ mod tests {
         let c = Cluster::start(Default::default()).await;
         let client = c.node_client("n1").await;
         let stop = CancellationToken::new();
-        let (tx, _rx, ready) = spawn_merger(&[Source::Api], stop.clone());
-        let mirror = MirrorPods::default();
+        let (tx, _rx, ready) = spawn_merger(
+            &tokio_util::task::TaskTracker::new(),
+            &[Source::Api],
+            stop.clone(),
+        );
+        let mirror = PodManager::default();
         tokio::spawn(
             ApiSource {
                 client: client.clone(),
@@ -207,10 +209,8 @@ mod tests {
             }
             .run(tx, stop.clone()),
         );
-        let desired = DesiredPods::default();
-        desired
-            .write()
-            .insert("h1".into(), Arc::new(static_pod("h1")));
+        let desired = PodManager::default();
+        desired.add_pod(Arc::new(static_pod("h1")));
         let (_uid_tx, node_uid) = watch::channel(Some("node-uid".to_string()));
         let m = MirrorManager {
             client,
@@ -250,10 +250,8 @@ mod tests {
         .await;
 
         // The manifest changes (new hash): the mirror is replaced.
-        desired.write().clear();
-        desired
-            .write()
-            .insert("h2".into(), Arc::new(static_pod("h2")));
+        desired.clear();
+        desired.add_pod(Arc::new(static_pod("h2")));
         wait_for("mirror pod updated", || {
             get().is_some_and(|p| {
                 p["metadata"]["annotations"]["kubernetes.io/config.mirror"] == "h2"
@@ -262,7 +260,7 @@ mod tests {
         .await;
 
         // The manifest goes away: so does the mirror.
-        desired.write().clear();
+        desired.clear();
         wait_for("mirror pod deleted", || get().is_none()).await;
         stop.cancel();
     }

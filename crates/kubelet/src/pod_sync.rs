@@ -13,29 +13,31 @@ use tracing::info;
 
 use crate::active_deadline;
 use crate::pod_workers::{PodSyncer, SyncOutcome};
+use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
 
 /// Syncs pods on a CRI runtime and records their status.
 pub struct RuntimePodSyncer {
     runtime: Arc<KubeRuntimeManager>,
     status: Arc<StatusManager>,
-    runtime_name: String,
+    runtime_state: Arc<RuntimeState>,
     host_ips: Vec<std::net::IpAddr>,
     recorder: Arc<dyn Recorder>,
 }
 
 impl RuntimePodSyncer {
-    /// `runtime_name` prefixes container IDs in status (`containerd`).
+    /// The runtime's name, from `runtime_state` as of its last (re)connect,
+    /// prefixes container IDs in status (`containerd://…`).
     pub fn new(
         runtime: Arc<KubeRuntimeManager>,
         status: Arc<StatusManager>,
-        runtime_name: String,
+        runtime_state: Arc<RuntimeState>,
         host_ips: Vec<std::net::IpAddr>,
     ) -> Self {
         Self {
             runtime,
             status,
-            runtime_name,
+            runtime_state,
             host_ips,
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
         }
@@ -50,7 +52,8 @@ impl RuntimePodSyncer {
     fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
         let uid = pod::uid(p);
         let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
-        let api = generate_api_pod_status(p, rs, &waiting, &self.runtime_name, &self.host_ips);
+        let runtime_name = self.runtime_state.runtime_name();
+        let api = generate_api_pod_status(p, rs, &waiting, &runtime_name, &self.host_ips);
         if let Some(old) = self.status.get_pod_status(uid)
             && let Err(e) = check_container_state_transition(&old, &api, pod::restart_policy(p))
         {

@@ -17,6 +17,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span, warn};
 
 /// Upstream `backOffPeriod`: retry a failed sync after this long.
@@ -121,6 +122,7 @@ pub struct PodWorkers {
     queue: Arc<WorkQueue>,
     resync: Duration,
     stop: CancellationToken,
+    tasks: TaskTracker,
 }
 
 fn jittered(d: Duration) -> Duration {
@@ -129,12 +131,14 @@ fn jittered(d: Duration) -> Duration {
 }
 
 impl PodWorkers {
-    /// Workers that call `syncer`, requeue on `queue` and resync every `resync` (with jitter).
+    /// Workers that call `syncer`, requeue on `queue` and resync every
+    /// `resync` (with jitter); each runs on `tasks` until `stop`.
     pub fn new(
         syncer: Arc<dyn PodSyncer>,
         queue: Arc<WorkQueue>,
         resync: Duration,
         stop: CancellationToken,
+        tasks: TaskTracker,
     ) -> Self {
         Self {
             workers: Mutex::new(HashMap::new()),
@@ -142,6 +146,7 @@ impl PodWorkers {
             queue,
             resync,
             stop,
+            tasks,
         }
     }
 
@@ -172,7 +177,7 @@ impl PodWorkers {
         });
         slot.wake.notify_one();
         let span = info_span!("pod_worker", pod = %pod::describe(&work.pod));
-        tokio::spawn(
+        self.tasks.spawn(
             run_worker(
                 slot.clone(),
                 self.syncer.clone(),
@@ -335,6 +340,7 @@ mod tests {
             q.clone(),
             Duration::from_secs(60),
             CancellationToken::new(),
+            TaskTracker::new(),
         );
         w.update_pod(sync("v0"));
         tokio::time::sleep(Duration::from_millis(10)).await; // v0 is now being synced
@@ -360,6 +366,7 @@ mod tests {
             q.clone(),
             Duration::from_secs(60),
             CancellationToken::new(),
+            TaskTracker::new(),
         );
         w.update_pod(sync("v0"));
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -390,6 +397,7 @@ mod tests {
             q.clone(),
             Duration::from_secs(60),
             CancellationToken::new(),
+            TaskTracker::new(),
         );
         w.update_pod(sync("v0"));
         settle().await;

@@ -3,7 +3,7 @@
 //! pods due on the work queue, and housekeeping every 2s that stops and
 //! removes pods no source wants (only once every source has reported).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,7 +17,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::admission::{admit, rejected_status};
+use crate::lifecycle::{admit, rejected_status};
+use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
 use crate::podconfig::SourcesReady;
 use crate::status::StatusManager;
@@ -27,10 +28,12 @@ pub const SYNC_TICK: Duration = Duration::from_secs(1);
 /// Upstream housekeeping period.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 
-/// When the loop last went round, for `/healthz` (upstream `syncLoopMonitor`).
+/// When the loop last started an iteration, for `/healthz` (upstream
+/// `syncLoopMonitor` / `LatestLoopEntryTime`).
 #[derive(Debug)]
 pub struct Heartbeat {
     origin: Instant,
+    /// Milliseconds after `origin` of the last iteration; `u64::MAX` before the first.
     last_ms: AtomicU64,
 }
 
@@ -38,26 +41,25 @@ impl Default for Heartbeat {
     fn default() -> Self {
         Self {
             origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
+            last_ms: AtomicU64::new(u64::MAX),
         }
     }
 }
 
 impl Heartbeat {
     fn beat(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Time since the last iteration.
-    pub fn age(&self) -> Duration {
-        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-        self.origin.elapsed().saturating_sub(last)
+    /// When the loop last started an iteration; `None` before the first.
+    pub fn latest(&self) -> Option<Instant> {
+        match self.last_ms.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ms => Some(self.origin + Duration::from_millis(ms)),
+        }
     }
 }
-
-/// Desired pods by UID (upstream `pod.Manager`).
-pub type DesiredPods = Arc<parking_lot::RwLock<HashMap<String, Arc<Pod>>>>;
 
 /// The loop's inputs and collaborators.
 pub struct SyncLoop {
@@ -74,7 +76,7 @@ pub struct SyncLoop {
     /// Whether every source reported.
     pub sources_ready: Arc<SourcesReady>,
     /// Desired pods.
-    pub desired: DesiredPods,
+    pub desired: PodManager,
     /// Liveness of the loop.
     pub heartbeat: Arc<Heartbeat>,
     /// The runtime manager (for backoff bookkeeping).
@@ -103,8 +105,9 @@ impl SyncLoop {
     /// Pods admitted and not finished (upstream `filterOutTerminatedPods`).
     fn active_pods(&self) -> usize {
         self.desired
-            .read()
-            .keys()
+            .get_pods()
+            .iter()
+            .map(|p| pod::uid(p))
             .filter(|uid| !self.rejected.contains(*uid))
             .filter(|uid| {
                 let phase = self.status.get_pod_status(uid).and_then(|s| s.phase);
@@ -126,11 +129,11 @@ impl SyncLoop {
                     info!(pod = %pod::describe(&p), source = %u.source, "SyncLoop {verb}");
                     let uid = pod::uid(&p).to_string();
                     if self.rejected.contains(&uid) {
-                        self.desired.write().insert(uid, p);
+                        self.desired.add_pod(p);
                         continue;
                     }
                     // Bind first: the read guard must be gone before the writes below.
-                    let is_new = !self.desired.read().contains_key(&uid);
+                    let is_new = !self.desired.contains(&uid);
                     if u.op == PodOperation::Add
                         && is_new
                         && let Err(r) = admit(self.active_pods(), self.max_pods)
@@ -139,10 +142,10 @@ impl SyncLoop {
                             "Pod rejected at admission");
                         self.status.set_pod_status(&uid, rejected_status(&r));
                         self.rejected.insert(uid.clone());
-                        self.desired.write().insert(uid, p);
+                        self.desired.add_pod(p);
                         continue;
                     }
-                    self.desired.write().insert(uid, p.clone());
+                    self.desired.add_pod(p.clone());
                     let kind = if p.metadata.deletion_timestamp.is_some() {
                         WorkKind::Kill { remove: false }
                     } else {
@@ -157,16 +160,14 @@ impl SyncLoop {
                     if self.rejected.contains(pod::uid(&p)) {
                         continue;
                     }
-                    self.desired
-                        .write()
-                        .insert(pod::uid(&p).to_string(), p.clone());
+                    self.desired.add_pod(p.clone());
                     self.dispatch(WorkKind::Kill { remove: false }, p);
                 }
             }
             PodOperation::Remove => {
                 for p in u.pods {
                     info!(pod = %pod::describe(&p), "SyncLoop REMOVE");
-                    self.desired.write().remove(pod::uid(&p));
+                    self.desired.remove_pod(pod::uid(&p));
                     if self.rejected.remove(pod::uid(&p)) {
                         self.status.remove(pod::uid(&p));
                         continue;
@@ -176,7 +177,7 @@ impl SyncLoop {
             }
             PodOperation::Reconcile => {
                 for p in u.pods {
-                    self.desired.write().insert(pod::uid(&p).to_string(), p);
+                    self.desired.add_pod(p);
                 }
             }
             PodOperation::Set => {}
@@ -187,7 +188,7 @@ impl SyncLoop {
         if self.rejected.contains(&ev.uid) {
             return;
         }
-        let p = self.desired.read().get(&ev.uid).cloned();
+        let p = self.desired.get_pod_by_uid(&ev.uid);
         if let Some(p) = p
             && p.metadata.deletion_timestamp.is_none()
         {
@@ -201,7 +202,7 @@ impl SyncLoop {
             if self.rejected.contains(&uid) {
                 continue;
             }
-            let p = self.desired.read().get(&uid).cloned();
+            let p = self.desired.get_pod_by_uid(&uid);
             if let Some(p) = p
                 && p.metadata.deletion_timestamp.is_none()
             {
@@ -217,7 +218,7 @@ impl SyncLoop {
         if !self.sources_ready.all_ready() {
             return;
         }
-        let desired = self.desired.read().clone();
+        let desired = self.desired.snapshot();
         // A pod removed and re-added with the same UID (an identical manifest put back)
         // may have had its sync dropped behind the pending kill: sync it again.
         for (uid, p) in &desired {

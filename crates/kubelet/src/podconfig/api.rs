@@ -5,10 +5,9 @@
 //! (upstream `UndeltaStore`).
 //!
 //! Mirror pods are bound to the node too, but they are the apiserver's view of
-//! static pods, never pods to run: they go to [`MirrorPods`] instead.
+//! static pods, never pods to run: they go to the [`PodManager`] as mirror pods instead.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -16,45 +15,11 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use kubelet_types::{Source, labels, pod};
-use parking_lot::RwLock;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{SourceSender, SourceUpdate};
-
-/// Mirror pods seen in the apiserver, by pod full name (`name_namespace`).
-#[derive(Clone, Default)]
-pub struct MirrorPods {
-    pods: Arc<RwLock<HashMap<String, Pod>>>,
-    changed: Arc<watch::Sender<u64>>,
-}
-
-impl MirrorPods {
-    /// The mirror pod of a static pod's full name.
-    pub fn get(&self, full_name: &str) -> Option<Pod> {
-        self.pods.read().get(full_name).cloned()
-    }
-
-    /// All mirror pods.
-    pub fn all(&self) -> Vec<Pod> {
-        self.pods.read().values().cloned().collect()
-    }
-
-    /// Replaces the set (from the watch).
-    pub fn replace(&self, pods: HashMap<String, Pod>) {
-        let differs = *self.pods.read() != pods;
-        if differs {
-            *self.pods.write() = pods;
-            self.changed.send_modify(|g| *g += 1);
-        }
-    }
-
-    /// Notified whenever the set changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changed.subscribe()
-    }
-}
+use crate::pod_manager::PodManager;
 
 /// Whether a pod object is a mirror pod.
 pub fn is_mirror(p: &Pod) -> bool {
@@ -71,7 +36,7 @@ pub struct ApiSource {
     /// Node name.
     pub node_name: String,
     /// Where mirror pods go.
-    pub mirror: MirrorPods,
+    pub mirror: PodManager,
 }
 
 impl ApiSource {
@@ -85,7 +50,7 @@ impl ApiSource {
                 pods.push(p.clone());
             }
         }
-        self.mirror.replace(mirrors);
+        self.mirror.set_mirror_pods(mirrors);
         SourceUpdate {
             source: Source::Api,
             pods,
@@ -153,8 +118,8 @@ impl ApiSource {
 mod tests {
     use super::*;
     use crate::podconfig::spawn_merger;
-    use crate::test_support::Cluster;
     use kube::api::PostParams;
+    use kubelet_test_util::Cluster;
     use kubelet_types::{PodOperation, PodUpdate};
     use std::time::Duration;
     use tokio::sync::mpsc;
@@ -196,11 +161,15 @@ mod tests {
         stop: &CancellationToken,
     ) -> (
         mpsc::Receiver<PodUpdate>,
-        Arc<crate::podconfig::SourcesReady>,
-        MirrorPods,
+        std::sync::Arc<crate::podconfig::SourcesReady>,
+        PodManager,
     ) {
-        let (tx, rx, ready) = spawn_merger(&[Source::Api], stop.clone());
-        let mirror = MirrorPods::default();
+        let (tx, rx, ready) = spawn_merger(
+            &tokio_util::task::TaskTracker::new(),
+            &[Source::Api],
+            stop.clone(),
+        );
+        let mirror = PodManager::default();
         let src = ApiSource {
             client: c.node_client("n1").await,
             node_name: "n1".into(),
@@ -230,7 +199,9 @@ mod tests {
         assert_eq!(names(&u), ["a"], "only this node's pods, mirrors apart");
         assert!(ready.all_ready());
         assert!(
-            mirror.get("static-n1_default").is_some(),
+            mirror
+                .get_mirror_pod_by_full_name("static-n1_default")
+                .is_some(),
             "mirror pods are tracked, not run"
         );
 
@@ -295,6 +266,128 @@ mod tests {
         assert_eq!(
             (u.op, names(&u)),
             (PodOperation::Add, vec!["b".to_string()])
+        );
+        stop.cancel();
+    }
+
+    /// Bootstraps `node` with the double's bootstrap token: (kubeconfig, cert dir).
+    async fn bootstrapped(c: &Cluster, node: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = c.dir.path();
+        let bootstrap = dir.join("bootstrap-kubelet.conf");
+        c.api
+            .write_token_kubeconfig(&bootstrap, apiserver_double::BOOTSTRAP_TOKEN)
+            .expect("bootstrap kubeconfig");
+        let (kubeconfig, pki) = (dir.join("kubelet.conf"), dir.join("pki"));
+        kubelet_client::certificate::bootstrap::load_client_cert(
+            &kubeconfig,
+            Some(&bootstrap),
+            &pki,
+            node,
+        )
+        .await
+        .expect("bootstrap");
+        (kubeconfig, pki)
+    }
+
+    /// Rotation of the client certificate does not drop the pod watch.
+    #[tokio::test]
+    async fn rotation_switches_credentials_without_dropping_the_watch() {
+        let lifetime = std::time::Duration::from_secs(6);
+        let c = Cluster::start(apiserver_double::Options {
+            cert_lifetime: lifetime,
+            backdate: std::time::Duration::ZERO,
+            ..apiserver_double::Options::default()
+        })
+        .await;
+        let (kubeconfig, pki) = bootstrapped(&c, "n1").await;
+        let started = tokio::time::Instant::now();
+        // Later certificates live long.
+        c.api
+            .set_cert_lifetime(std::time::Duration::from_secs(3600));
+        let (client, cert) = kubelet_client::from_kubeconfig(&kubeconfig, 50.0, 100)
+            .await
+            .expect("client");
+        let admin: kube::Api<Pod> = kube::Api::namespaced(c.admin().await, "default");
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
+            .expect("pod")
+        };
+        admin
+            .create(&PostParams::default(), &pod("early"))
+            .await
+            .expect("pod");
+        let stop = CancellationToken::new();
+        let (tx, mut rx, _) = spawn_merger(
+            &tokio_util::task::TaskTracker::new(),
+            &[kubelet_types::Source::Api],
+            stop.clone(),
+        );
+        tokio::spawn(
+            ApiSource {
+                client: client.clone(),
+                node_name: "n1".into(),
+                mirror: PodManager::default(),
+            }
+            .run(tx, stop.clone()),
+        );
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+        assert!(matches!(first, Ok(Some(_))), "initial list delivered");
+        tokio::spawn(
+            kubelet_client::certificate::manager::CertManager {
+                client: client.clone(),
+                cert_dir: pki.clone(),
+                cert: cert.clone(),
+                node: "n1".into(),
+            }
+            .run(stop.clone()),
+        );
+        let rotated = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while cert.generation() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(rotated.is_ok(), "rotated at 70-90% of a 6s lifetime");
+        // Past the first certificate's expiry, the client still works: new connections use the new one.
+        tokio::time::sleep_until(started + lifetime + std::time::Duration::from_secs(1)).await;
+        admin
+            .create(&PostParams::default(), &pod("late"))
+            .await
+            .expect("pod");
+        let u = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+        assert!(
+            matches!(u, Ok(Some(ref u)) if u.pods.iter().any(|p| p.metadata.name.as_deref() == Some("late"))),
+            "the watch opened with the first certificate still delivers: {u:?}"
+        );
+        kube::Api::<k8s_openapi::api::core::v1::Node>::all(client)
+            .get_opt("n1")
+            .await
+            .expect("a request after expiry succeeds");
+        let node_reqs: Vec<_> = c
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.user.as_deref() == Some("system:node:n1"))
+            .collect();
+        let serials: std::collections::HashSet<_> =
+            node_reqs.iter().filter_map(|r| r.serial.clone()).collect();
+        assert!(
+            serials.len() >= 2,
+            "requests made with both certificates: {serials:?}"
+        );
+        let lists = node_reqs
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+            .count();
+        let watches = node_reqs
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=true"))
+            .count();
+        assert_eq!(
+            (lists, watches),
+            (1, 1),
+            "one list and one watch: the watch was never dropped"
         );
         stop.cancel();
     }

@@ -22,6 +22,8 @@ use kubelet_types::{PodUpdate, Source};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use tracing::debug;
 
 pub use manifest::{ManifestError, parse_pod_document, parse_pods_document};
@@ -68,6 +70,7 @@ pub type SourceSender = mpsc::Sender<SourceUpdate>;
 
 /// Starts the merger task: snapshots in, pod updates out.
 pub fn spawn_merger(
+    tasks: &TaskTracker,
     expected: &[Source],
     stop: CancellationToken,
 ) -> (SourceSender, mpsc::Receiver<PodUpdate>, Arc<SourcesReady>) {
@@ -76,7 +79,7 @@ pub fn spawn_merger(
     let ready = Arc::new(SourcesReady::new(expected.iter().copied()));
     let r = ready.clone();
     let mut storage = PodStorage::default();
-    tokio::spawn(async move {
+    let merger = async move {
         loop {
             let update = tokio::select! {
                 biased;
@@ -93,6 +96,7 @@ pub fn spawn_merger(
                 }
             }
         }
-    });
+    };
+    tasks.spawn(merger.instrument(tracing::info_span!("pod_config_merger")));
     (src_tx, out_rx, ready)
 }

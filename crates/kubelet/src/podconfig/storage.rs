@@ -237,8 +237,11 @@ mod tests {
     #[tokio::test]
     async fn merger_task_marks_sources_seen() {
         let stop = tokio_util::sync::CancellationToken::new();
-        let (tx, mut rx, ready) =
-            super::super::spawn_merger(&[Source::File, Source::Http], stop.clone());
+        let (tx, mut rx, ready) = super::super::spawn_merger(
+            &tokio_util::task::TaskTracker::new(),
+            &[Source::File, Source::Http],
+            stop.clone(),
+        );
         assert!(!ready.all_ready());
         tx.send(super::super::SourceUpdate {
             source: Source::File,

@@ -19,8 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::StatusManager;
-use crate::podconfig::api::MirrorPods;
-use crate::sync_loop::DesiredPods;
+use crate::pod_manager::PodManager;
 
 /// Upstream `syncPeriod` of the status manager.
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
@@ -87,7 +86,7 @@ pub fn status_patch(s: &PodStatus) -> Value {
 }
 
 /// Where a pod's status goes: namespace, name and UID of the API object.
-fn api_target(p: &Pod, mirror: &MirrorPods) -> Option<(String, String, String, Option<PodStatus>)> {
+fn api_target(p: &Pod, mirror: &PodManager) -> Option<(String, String, String, Option<PodStatus>)> {
     let source = p
         .metadata
         .annotations
@@ -95,7 +94,7 @@ fn api_target(p: &Pod, mirror: &MirrorPods) -> Option<(String, String, String, O
         .and_then(|a| a.get(kubelet_types::labels::CONFIG_SOURCE))
         .map(String::as_str);
     if matches!(source, Some("file" | "http")) {
-        let m = mirror.get(&pod::full_name(p))?;
+        let m = mirror.get_mirror_pod_by_full_name(&pod::full_name(p))?;
         return Some((
             pod::namespace(&m).to_string(),
             pod::name(&m).to_string(),
@@ -118,14 +117,14 @@ pub struct StatusSync {
     /// Generated statuses.
     pub status: Arc<StatusManager>,
     /// Pods as the sources have them.
-    pub desired: DesiredPods,
+    pub desired: PodManager,
     /// Mirror pods of static pods.
-    pub mirror: MirrorPods,
+    pub mirror: PodManager,
 }
 
 impl StatusSync {
     async fn sync_one(&self, uid: &str, sent: &mut HashMap<String, Value>) {
-        let Some(p) = self.desired.read().get(uid).cloned() else {
+        let Some(p) = self.desired.get_pod_by_uid(uid) else {
             sent.remove(uid);
             return;
         };
@@ -205,7 +204,7 @@ impl StatusSync {
                 }
                 self.sync_one(&uid, &mut sent).await;
             }
-            sent.retain(|uid, _| self.desired.read().contains_key(uid));
+            sent.retain(|uid, _| self.desired.contains(uid));
         }
     }
 }
@@ -213,9 +212,9 @@ impl StatusSync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::Cluster;
     use k8s_openapi::api::core::v1::PodCondition;
     use kube::api::PostParams;
+    use kubelet_test_util::Cluster;
 
     fn bound(name: &str) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"},
@@ -253,11 +252,9 @@ mod tests {
             .count()
     }
 
-    async fn refresh(c: &Cluster, desired: &DesiredPods, api: &Api<Pod>, name: &str) -> Pod {
+    async fn refresh(c: &Cluster, desired: &PodManager, api: &Api<Pod>, name: &str) -> Pod {
         let p = api.get(name).await.expect("pod");
-        desired
-            .write()
-            .insert(pod::uid(&p).to_string(), Arc::new(p.clone()));
+        desired.add_pod(Arc::new(p.clone()));
         let _ = c;
         p
     }
@@ -281,7 +278,7 @@ mod tests {
             )
             .await
             .expect("controller condition");
-        let desired = DesiredPods::default();
+        let desired = PodManager::default();
         let status = Arc::new(StatusManager::default());
         refresh(&c, &desired, &admin, "p").await;
         let stop = CancellationToken::new();
@@ -289,7 +286,7 @@ mod tests {
             client: c.node_client("n1").await,
             status: status.clone(),
             desired: desired.clone(),
-            mirror: MirrorPods::default(),
+            mirror: PodManager::default(),
         };
         tokio::spawn(sync.run(stop.clone()));
 
@@ -386,10 +383,8 @@ mod tests {
             .create(&PostParams::default(), &bound("q"))
             .await
             .expect("pod");
-        let desired = DesiredPods::default();
-        desired
-            .write()
-            .insert(pod::uid(&old).to_string(), Arc::new(old.clone()));
+        let desired = PodManager::default();
+        desired.add_pod(Arc::new(old.clone()));
         admin
             .delete(
                 "q",
@@ -410,7 +405,7 @@ mod tests {
             client: c.node_client("n1").await,
             status,
             desired,
-            mirror: MirrorPods::default(),
+            mirror: PodManager::default(),
         };
         let mut sent = HashMap::new();
         sync.sync_one(pod::uid(&old), &mut sent).await;

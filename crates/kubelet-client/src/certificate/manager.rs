@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{CertError, csr, store};
-use crate::kubeclient::{DynamicCert, certified_key};
+use crate::client::{DynamicCert, certified_key};
 
 /// Rotates the kubelet client certificate.
 pub struct CertManager {

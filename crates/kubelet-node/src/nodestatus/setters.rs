@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_runtime::quantity::{parse_bytes, parse_milli_cpu};
 
 use super::machine::MachineInfo;
-use crate::config::ClusterConfig;
+use kubelet_config::ClusterConfig;
 
 /// Upstream `nodeStatusMaxImages`.
 pub const MAX_IMAGES: usize = 50;
@@ -285,7 +285,7 @@ mod tests {
             ..Default::default()
         };
         let cap = capacity(&m, 110);
-        let mut cfg = crate::config::cluster::resolve(&Default::default(), &Default::default())
+        let mut cfg = kubelet_config::cluster::resolve(&Default::default(), &Default::default())
             .expect("defaults");
         cfg.kube_reserved.insert("cpu".into(), "100m".into());
         cfg.system_reserved.insert("memory".into(), "1Gi".into());

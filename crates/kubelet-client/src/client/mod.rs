@@ -190,10 +190,10 @@ pub async fn from_kubeconfig(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::Cluster;
     use apiserver_double::{BOOTSTRAP_TOKEN, Fault, Options};
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::Api;
+    use kubelet_test_util::Cluster;
 
     fn code(r: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
         match r {

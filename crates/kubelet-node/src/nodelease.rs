@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::clock::Clock;
+use kubelet_client::clock::Clock;
 
 /// Namespace of node leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -146,8 +146,8 @@ impl LeaseController {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::TokioClock;
-    use crate::test_support::Cluster;
+    use kubelet_client::clock::TokioClock;
+    use kubelet_test_util::Cluster;
 
     #[tokio::test(start_paused = true)]
     async fn lease_is_created_owned_and_renewed_every_ten_seconds() {
@@ -211,7 +211,7 @@ mod tests {
             client: c.node_client("n2").await,
             node_name: "n2".into(),
             duration_seconds: 40,
-            clock: Arc::new(crate::clock::SystemClock),
+            clock: Arc::new(kubelet_client::clock::SystemClock),
             node_uid: watch::channel(None).1,
         };
         let first = lease.renew().await.expect("created");

@@ -1,7 +1,20 @@
-//! Shared fixtures for tests against the apiserver double.
+//! Test utilities shared by every kubelet-rs crate's tests, compiled once:
+//! the in-process apiserver double with admin and node clients ([`Cluster`]),
+//! a recorder that keeps events ([`RecordingRecorder`]), pod builders
+//! ([`pods`]) and the fake CRI runtime (re-exported from `cri`).
+//!
+//! Clients here are built with kube-rs alone, not with the kubelet's client
+//! code, so tests of that code are not checked by the code itself.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod pods;
 
 use apiserver_double::{ApiServer, Options};
 use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use cri::fake::FakeRuntime;
 
 /// A double and clients for it.
 pub struct Cluster {
@@ -9,6 +22,15 @@ pub struct Cluster {
     pub api: ApiServer,
     /// Scratch space for kubeconfigs and certificates.
     pub dir: tempfile::TempDir,
+}
+
+/// A kube-rs client for the kubeconfig at `path`.
+pub async fn client_for(path: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
 }
 
 impl Cluster {
@@ -28,10 +50,7 @@ impl Cluster {
         self.api
             .write_admin_kubeconfig(&path)
             .expect("admin kubeconfig");
-        crate::kubeclient::from_kubeconfig(&path, 1000.0, 1000)
-            .await
-            .expect("admin client")
-            .0
+        client_for(&path).await
     }
 
     /// A client for the kubelet of `node` (system:node:<node> in system:nodes).
@@ -40,34 +59,8 @@ impl Cluster {
         self.api
             .write_cert_kubeconfig(&path, &format!("system:node:{node}"), &["system:nodes"])
             .expect("node kubeconfig");
-        crate::kubeclient::from_kubeconfig(&path, 50.0, 100)
-            .await
-            .expect("node client")
-            .0
+        client_for(&path).await
     }
-}
-
-/// Health over a fake runtime, with its PLEG relisting until `stop`.
-pub fn health(
-    fake: &cri::fake::FakeRuntime,
-    stop: &tokio_util::sync::CancellationToken,
-) -> std::sync::Arc<crate::healthz::Health> {
-    use std::sync::Arc;
-    use std::time::Duration;
-    let m = Arc::new(kubelet_runtime::KubeRuntimeManager::new(
-        Arc::new(fake.clone()),
-        Arc::new(fake.clone()),
-        kubelet_runtime::RuntimeConfig::default(),
-    ));
-    let (pleg, _rx) = kubelet_runtime::pleg::GenericPleg::new(m, 1, Duration::from_secs(1));
-    tokio::spawn(pleg.clone().run(stop.child_token()));
-    Arc::new(crate::healthz::Health {
-        heartbeat: Arc::new(crate::sync_loop::Heartbeat::default()),
-        max_loop_stall: Duration::from_secs(300),
-        pleg,
-        runtime_error: parking_lot::RwLock::new(None),
-        network_error: parking_lot::RwLock::new(None),
-    })
 }
 
 /// Keeps every event for assertions.

@@ -13,7 +13,7 @@ use rcgen::{KeyPair, PublicKeyData};
 use tracing::{info, warn};
 
 use super::{CertError, csr, store};
-use crate::kubeclient;
+use crate::client;
 
 /// How long a bootstrap waits for its certificate (upstream: one hour).
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -21,7 +21,7 @@ pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Whether `kubeconfig` can be used as it is: it loads, and a client
 /// certificate in it (if any) has not expired.
 pub async fn is_client_config_valid(kubeconfig: &Path) -> bool {
-    let Ok(loaded) = kubeclient::load(kubeconfig).await else {
+    let Ok(loaded) = client::load(kubeconfig).await else {
         return false;
     };
     match &loaded.identity {
@@ -59,7 +59,7 @@ pub async fn load_client_cert(
         return write_kubeconfig(kubeconfig, bootstrap, &current);
     }
     info!(bootstrap = %bootstrap.display(), "Requesting a client certificate with the bootstrap kubeconfig");
-    let (client, _) = kubeclient::from_kubeconfig(bootstrap, 5.0, 10)
+    let (client, _) = client::from_kubeconfig(bootstrap, 5.0, 10)
         .await
         .map_err(|e| CertError::Invalid(e.to_string()))?;
     std::fs::create_dir_all(cert_dir)
@@ -142,15 +142,10 @@ fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certificate::manager::CertManager;
-    use crate::podconfig::api::{ApiSource, MirrorPods};
-    use crate::podconfig::spawn_merger;
-    use crate::test_support::Cluster;
     use apiserver_double::{BOOTSTRAP_TOKEN, Options};
-    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, PostParams};
-    use kubelet_types::Source;
-    use tokio_util::sync::CancellationToken;
+    use kubelet_test_util::Cluster;
 
     /// Bootstraps `node` with the double's bootstrap token: (bootstrap kubeconfig, kubeconfig, cert dir).
     async fn bootstrapped(
@@ -204,7 +199,7 @@ mod tests {
         assert!(text.contains("kubelet-client-current.pem"), "{text}");
 
         // The new identity is the node's: it may register its own Node.
-        let (client, _) = crate::kubeclient::from_kubeconfig(&kubeconfig, 5.0, 10)
+        let (client, _) = crate::client::from_kubeconfig(&kubeconfig, 5.0, 10)
             .await
             .expect("client");
         let mut node = Node::default();
@@ -248,103 +243,5 @@ mod tests {
             .await
             .expect_err("no bootstrap");
         assert!(e.to_string().contains("--bootstrap-kubeconfig"), "{e}");
-    }
-
-    #[tokio::test]
-    async fn rotation_switches_credentials_without_dropping_the_watch() {
-        let lifetime = std::time::Duration::from_secs(6);
-        let c = Cluster::start(Options {
-            cert_lifetime: lifetime,
-            backdate: std::time::Duration::ZERO,
-            ..Options::default()
-        })
-        .await;
-        let (_, kubeconfig, pki) = bootstrapped(&c, "n1").await;
-        let started = tokio::time::Instant::now();
-        // Later certificates live long.
-        c.api
-            .set_cert_lifetime(std::time::Duration::from_secs(3600));
-        let (client, cert) = crate::kubeclient::from_kubeconfig(&kubeconfig, 50.0, 100)
-            .await
-            .expect("client");
-        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
-        let pod = |name: &str| -> Pod {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name},
-                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
-            .expect("pod")
-        };
-        admin
-            .create(&PostParams::default(), &pod("early"))
-            .await
-            .expect("pod");
-        let stop = CancellationToken::new();
-        let (tx, mut rx, _) = spawn_merger(&[Source::Api], stop.clone());
-        tokio::spawn(
-            ApiSource {
-                client: client.clone(),
-                node_name: "n1".into(),
-                mirror: MirrorPods::default(),
-            }
-            .run(tx, stop.clone()),
-        );
-        let first = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
-        assert!(matches!(first, Ok(Some(_))), "initial list delivered");
-        tokio::spawn(
-            CertManager {
-                client: client.clone(),
-                cert_dir: pki.clone(),
-                cert: cert.clone(),
-                node: "n1".into(),
-            }
-            .run(stop.clone()),
-        );
-        let rotated = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while cert.generation() < 2 {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        assert!(rotated.is_ok(), "rotated at 70-90% of a 6s lifetime");
-        // Past the first certificate's expiry, the client still works: new connections use the new one.
-        tokio::time::sleep_until(started + lifetime + std::time::Duration::from_secs(1)).await;
-        admin
-            .create(&PostParams::default(), &pod("late"))
-            .await
-            .expect("pod");
-        let u = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
-        assert!(
-            matches!(u, Ok(Some(ref u)) if u.pods.iter().any(|p| p.metadata.name.as_deref() == Some("late"))),
-            "the watch opened with the first certificate still delivers: {u:?}"
-        );
-        Api::<Node>::all(client)
-            .get_opt("n1")
-            .await
-            .expect("a request after expiry succeeds");
-        let node_reqs: Vec<_> = c
-            .api
-            .requests()
-            .into_iter()
-            .filter(|r| r.user.as_deref() == Some("system:node:n1"))
-            .collect();
-        let serials: std::collections::HashSet<_> =
-            node_reqs.iter().filter_map(|r| r.serial.clone()).collect();
-        assert!(
-            serials.len() >= 2,
-            "requests made with both certificates: {serials:?}"
-        );
-        let lists = node_reqs
-            .iter()
-            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
-            .count();
-        let watches = node_reqs
-            .iter()
-            .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=true"))
-            .count();
-        assert_eq!(
-            (lists, watches),
-            (1, 1),
-            "one list and one watch: the watch was never dropped"
-        );
-        stop.cancel();
     }
 }

@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::client::TokenBucket;
 use crate::clock::Clock;
-use crate::kubeclient::TokenBucket;
 
 /// Upstream `maxQueuedEvents`.
 pub const QUEUE: usize = 1000;
@@ -186,7 +186,7 @@ impl EventSink {
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
-    use crate::test_support::Cluster;
+    use kubelet_test_util::Cluster;
     use kubelet_types::events::{node_ref, pod_ref};
     use std::time::Duration;
 

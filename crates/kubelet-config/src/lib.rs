@@ -1,11 +1,14 @@
-//! Configuration: flags and the `--config` file resolved into one typed
-//! [`KubeletConfig`] with upstream precedence (explicit flags > file >
+//! Kubelet configuration (upstream `cmd/kubelet/app/options` and
+//! `pkg/kubelet/apis/config`): flags and the `--config` file resolved into one
+//! typed [`KubeletConfig`] with upstream precedence (explicit flags > file >
 //! defaults, a zero value in the file meaning "default"), then validated.
+//! [`logs`] maps klog's `--v` onto tracing (upstream `component-base/logs`).
 
 pub mod cluster;
 mod duration;
 mod file;
 mod flags;
+pub mod logs;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

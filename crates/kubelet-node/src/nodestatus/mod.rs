@@ -25,9 +25,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::clock::Clock;
-use crate::config::{ClusterConfig, Taint};
-use crate::healthz::Health;
+use crate::RuntimeState;
+use kubelet_client::clock::Clock;
+use kubelet_config::{ClusterConfig, Taint};
 use machine::MachineInfo;
 
 /// Everything node status is made from.
@@ -56,8 +56,8 @@ pub struct NodeStatusManager {
     pub runtime: Arc<dyn RuntimeService>,
     /// Images (for `status.images`).
     pub images: Arc<dyn ImageService>,
-    /// Kubelet health (runtime, PLEG).
-    pub health: Arc<Health>,
+    /// The runtime's health (runtime, network, PLEG), as the agent last saw it.
+    pub runtime_state: Arc<dyn RuntimeState>,
     /// Wall clock for heartbeats.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -77,11 +77,8 @@ impl NodeStatusManager {
     async fn runtime_facts(&self, last_version: &str) -> RuntimeFacts {
         // The runtime's state as the health check last saw it (upstream `runtimeState`):
         // no second status call to the runtime.
-        let mut not_ready: Vec<String> = self.health.runtime_error.read().iter().cloned().collect();
-        not_ready.extend(self.health.network_error.read().iter().cloned());
-        if let Err(e) = self.health.pleg.healthy() {
-            not_ready.push(format!("PLEG is not healthy: {e}"));
-        }
+        let mut not_ready = self.runtime_state.runtime_errors();
+        not_ready.extend(self.runtime_state.network_errors());
         let version = match self.runtime.version().await {
             Ok(v) => format!("{}://{}", v.runtime_name, v.runtime_version),
             Err(_) => last_version.to_string(),
@@ -281,9 +278,26 @@ pub(crate) fn log_registered(name: &str, created: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::TokioClock;
-    use crate::test_support::{Cluster, RecordingRecorder, health};
     use cri::fake::FakeRuntime;
+    use kubelet_client::clock::TokioClock;
+    use kubelet_test_util::{Cluster, RecordingRecorder};
+    use parking_lot::RwLock;
+
+    /// The agent's runtime state, reduced to what node status reads.
+    #[derive(Default)]
+    struct Health {
+        runtime_error: RwLock<Option<String>>,
+        network_error: RwLock<Option<String>>,
+    }
+
+    impl RuntimeState for Health {
+        fn runtime_errors(&self) -> Vec<String> {
+            self.runtime_error.read().iter().cloned().collect()
+        }
+        fn network_errors(&self) -> Vec<String> {
+            self.network_error.read().iter().cloned().collect()
+        }
+    }
 
     fn status_patches(c: &Cluster) -> usize {
         c.api
@@ -314,8 +328,8 @@ mod tests {
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
         fake.add_image("localhost:5000/busybox:1.35");
-        let (mut m, mut registered) =
-            manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
+        let (mut m, mut registered, health) =
+            manager(c.node_client("n1").await, &fake, cfg(), vec![]);
         m.node_labels = [("node-role.example/edge".to_string(), "".to_string())].into();
         m.taints = vec![Taint {
             key: "dedicated".into(),
@@ -332,7 +346,6 @@ mod tests {
         };
         let recorder = Arc::new(RecordingRecorder::default());
         m.recorder = recorder.clone();
-        let health = m.health.clone();
         tokio::spawn(m.run(stop.clone()));
         registered
             .wait_for(Option::is_some)
@@ -403,17 +416,21 @@ mod tests {
     }
 
     fn cfg() -> ClusterConfig {
-        crate::config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg")
+        kubelet_config::cluster::resolve(&Default::default(), &Default::default()).expect("cfg")
     }
 
     fn manager(
         client: kube::Client,
         fake: &FakeRuntime,
-        stop: &CancellationToken,
         cfg: ClusterConfig,
         provided: Vec<IpAddr>,
-    ) -> (NodeStatusManager, watch::Receiver<Option<String>>) {
+    ) -> (
+        NodeStatusManager,
+        watch::Receiver<Option<String>>,
+        Arc<Health>,
+    ) {
         let (tx, rx) = watch::channel(None);
+        let health = Arc::new(Health::default());
         let m = NodeStatusManager {
             client,
             node_name: "n1".into(),
@@ -430,12 +447,12 @@ mod tests {
             },
             runtime: Arc::new(fake.clone()),
             images: Arc::new(fake.clone()),
-            health: health(fake, stop),
+            runtime_state: health.clone(),
             clock: Arc::new(TokioClock::default()),
             recorder: Arc::new(RecordingRecorder::default()),
             registered: tx,
         };
-        (m, rx)
+        (m, rx, health)
     }
 
     #[tokio::test(start_paused = true)]
@@ -445,14 +462,12 @@ mod tests {
         let fake = FakeRuntime::new();
         let mut cfg = cfg();
         cfg.external_cloud_provider = true;
-        let (m, mut registered) = manager(
+        let (m, mut registered, health) = manager(
             c.node_client("n1").await,
             &fake,
-            &stop,
             cfg,
             vec!["10.0.0.5".parse().expect("ip")],
         );
-        let health = m.health.clone();
         tokio::spawn(m.run(stop.clone()));
         registered
             .wait_for(Option::is_some)
@@ -507,7 +522,7 @@ mod tests {
         admin.create(&Default::default(), &n).await.expect("node");
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
-        let (m, _) = manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
+        let (m, _, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
         let ips =
             |v: &[&str]| -> Vec<IpAddr> { v.iter().map(|s| s.parse().expect("ip")).collect() };
         let dual = NodeStatus {
@@ -551,7 +566,7 @@ mod tests {
             .expect("pre-existing node");
         let stop = CancellationToken::new();
         let fake = FakeRuntime::new();
-        let (m, mut registered) = manager(c.node_client("n1").await, &fake, &stop, cfg(), vec![]);
+        let (m, mut registered, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
         tokio::spawn(m.run(stop.clone()));
         let uid = registered
             .wait_for(Option::is_some)

@@ -16,7 +16,7 @@ pub fn filter_for(verbosity: u8) -> EnvFilter {
     // Dependencies stay at warn unless asked for trace.
     let deps = if verbosity >= 6 { "debug" } else { "warn" };
     EnvFilter::new(format!(
-        "{deps},kubelet={level},kubelet_runtime={level},cri={level},kubelet_types={level},kubelet_rs={level}"
+        "{deps},kubelet={level},kubelet_runtime={level},kubelet_config={level},kubelet_client={level},kubelet_node={level},kubelet_server={level},cri={level},kubelet_types={level},kubelet_rs={level}"
     ))
 }
 

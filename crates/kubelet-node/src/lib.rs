@@ -1,0 +1,21 @@
+//! The kubelet's Node (upstream `kubelet_node_status.go`, `pkg/kubelet/nodestatus`,
+//! `pkg/kubelet/nodelease`): registration and the status loop ([`nodestatus`]),
+//! the node lease ([`nodelease`]), the node's addresses ([`node_ip`]) and host
+//! facts ([`nodestatus::machine`]).
+//!
+//! Node status reads the runtime's health through [`RuntimeState`], which the
+//! agent implements (upstream passes `runtimeState.runtimeErrors` and
+//! `networkErrors` into the setters the same way).
+
+pub mod node_ip;
+pub mod nodelease;
+pub mod nodestatus;
+
+/// The runtime's health as node status sees it (upstream `runtimeState`'s
+/// `runtimeErrors` and `networkErrors`): non-empty means the node is NotReady.
+pub trait RuntimeState: Send + Sync + 'static {
+    /// Why the runtime is unusable (runtime down, not ready, PLEG unhealthy).
+    fn runtime_errors(&self) -> Vec<String>;
+    /// Why the pod network is unusable.
+    fn network_errors(&self) -> Vec<String>;
+}

@@ -1,0 +1,288 @@
+//! Wiring (the kubelet's `RunKubelet`/`startKubelet`): [`App::build`] checks the
+//! configuration, opens the CRI client and binds sockets without starting
+//! anything; [`App::spawn`] starts each subsystem under one task tracker and
+//! one cancellation tree. Stopping the app stops the kubelet, never the pods:
+//! containers keep running and are adopted by the next start.
+
+mod cluster;
+mod pods;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cri::RemoteRuntime;
+use kubelet_config::KubeletConfig;
+use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
+use kubelet_server::healthz::{Checks, LogCheck};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::pod_manager::PodManager;
+use crate::podconfig::file::ManifestErrors;
+use crate::podconfig::http::HttpSource;
+use crate::runtime_state::RuntimeState;
+use crate::status::StatusManager;
+use cluster::Cluster;
+
+/// Errors that stop the kubelet from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The CRI endpoint is unusable.
+    #[error("container runtime client: {0}")]
+    Runtime(#[from] cri::CriError),
+    /// The healthz address cannot be bound.
+    #[error("cannot listen on healthz address {addr}: {source}")]
+    Healthz {
+        /// Address.
+        addr: SocketAddr,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The manifest URL source cannot be set up.
+    #[error("manifest URL: {0}")]
+    ManifestUrl(String),
+    /// TLS bootstrap or the client certificate failed.
+    #[error("client certificate: {0}")]
+    Certificate(#[from] kubelet_client::CertError),
+    /// The apiserver client cannot be built.
+    #[error(transparent)]
+    Client(#[from] kubelet_client::ClientError),
+    /// Cluster mode is configured inconsistently.
+    #[error("{0}")]
+    Cluster(&'static str),
+}
+
+/// A configured, not yet running kubelet.
+pub struct App {
+    cfg: KubeletConfig,
+    cluster: Option<Cluster>,
+    remote: RemoteRuntime,
+    manager: Arc<KubeRuntimeManager>,
+    runtime_state: Arc<RuntimeState>,
+    healthz: Option<TcpListener>,
+    http: Option<HttpSource>,
+}
+
+/// Read access to a running kubelet, for tests and the (later) kubelet API.
+#[derive(Clone)]
+pub struct AppHandle {
+    /// Generated pod statuses.
+    pub status: Arc<StatusManager>,
+    /// Static manifest files that were refused, with reasons.
+    pub manifest_errors: Option<ManifestErrors>,
+    /// Desired pods, and mirror pods in cluster mode.
+    pub desired: PodManager,
+    /// The node's view of the runtime.
+    pub runtime_state: Arc<RuntimeState>,
+    /// Where `/healthz` listens.
+    pub healthz_addr: Option<SocketAddr>,
+    /// The Node's UID once registered (cluster mode).
+    pub registered: watch::Receiver<Option<String>>,
+    /// The client certificate in use (cluster mode).
+    pub client_cert: Option<Arc<kubelet_client::DynamicCert>>,
+}
+
+/// A running kubelet.
+pub struct Running {
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    sync_loop: JoinHandle<()>,
+    /// Read access.
+    pub handle: AppHandle,
+}
+
+/// Spawns `fut` on `tasks` inside `span`.
+fn spawn_in<F>(tasks: &TaskTracker, span: tracing::Span, fut: F) -> JoinHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tasks.spawn(fut.instrument(span))
+}
+
+impl App {
+    /// Opens the CRI client and binds the healthz port. An unreachable
+    /// runtime is not fatal: the kubelet starts and waits for it.
+    pub async fn build(cfg: KubeletConfig) -> Result<Self, AppError> {
+        let remote = RemoteRuntime::new(
+            &cfg.container_runtime_endpoint,
+            cfg.image_service_endpoint.as_deref(),
+            cfg.runtime_request_timeout,
+        )?;
+        let rcfg = RuntimeConfig {
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            root_dir: cfg.root_dir.clone(),
+            cluster_dns: cfg.cluster_dns.clone(),
+            cluster_domain: cfg.cluster_domain.clone(),
+            resolv_conf: cfg.resolv_conf.clone(),
+            cgroup_driver: cfg.cgroup_driver.clone(),
+            cgroup_root: cfg.cgroup_root.clone(),
+            machine_memory_bytes: i64::try_from(kubelet_node::nodestatus::machine::meminfo_bytes())
+                .unwrap_or(i64::MAX),
+            runtime_handler: String::new(),
+        };
+        // Learn the runtime's name and version before any pod syncs; a runtime
+        // that is down is retried by the runtime state's own loop.
+        let runtime_state = Arc::new(RuntimeState::new(vec![]));
+        runtime_state.update_runtime_up(&remote).await;
+        let cluster = cluster::connect(&cfg).await?;
+        let mut manager =
+            KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg);
+        if let Some(c) = &cluster {
+            manager = manager.with_recorder(c.recorder.clone());
+        }
+        let healthz = if cfg.healthz_port == 0 {
+            None
+        } else {
+            let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+            Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| AppError::Healthz { addr, source })?,
+            )
+        };
+        let http = match &cfg.static_pod_url {
+            Some(url) => Some(
+                HttpSource::new(
+                    url.clone(),
+                    cfg.static_pod_url_header.clone(),
+                    cfg.node_name.clone(),
+                    cfg.http_check_frequency,
+                )
+                .map_err(AppError::ManifestUrl)?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            cfg,
+            cluster,
+            remote,
+            manager: Arc::new(manager),
+            runtime_state,
+            healthz,
+            http,
+        })
+    }
+
+    /// Starts every subsystem.
+    pub fn spawn(self) -> Running {
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let cfg = &self.cfg;
+        let host_ips = kubelet_node::node_ip::node_ips(&cfg.node_ips);
+        info!(?host_ips, "Node addresses");
+
+        let sources = pods::Sources::new(cfg, self.http, self.cluster.as_ref());
+        let pods = sources.spawn(&tasks, &stop);
+        let pipeline = pods::Pipeline {
+            cfg,
+            manager: self.manager.clone(),
+            runtime_state: self.runtime_state.clone(),
+            host_ips: host_ips.clone(),
+            recorder: self.cluster.as_ref().map(|c| c.recorder.clone()),
+        };
+        let running = pipeline.spawn(pods, &tasks, &stop);
+
+        let runtime = Arc::new(self.remote.clone());
+        spawn_in(
+            &tasks,
+            info_span!("runtime_state"),
+            running
+                .runtime_state
+                .clone()
+                .run(runtime, stop.child_token()),
+        );
+        let healthz_addr = self.healthz.and_then(|l| {
+            let addr = l.local_addr().ok();
+            let log = Arc::new(LogCheck::default());
+            spawn_in(
+                &tasks,
+                info_span!("healthz_log"),
+                log.clone().run(stop.child_token()),
+            );
+            let host = Arc::new(pods::Host {
+                heartbeat: running.heartbeat.clone(),
+                resync: cfg.sync_frequency,
+            });
+            let checks = Arc::new(Checks::new(host, log));
+            spawn_in(
+                &tasks,
+                info_span!("healthz"),
+                kubelet_server::healthz::serve(l, checks, stop.child_token()),
+            );
+            addr
+        });
+
+        let (registered_tx, registered) = watch::channel(None);
+        let client_cert = self.cluster.as_ref().map(|c| c.cert.clone());
+        match self.cluster {
+            Some(c) => c.spawn(
+                cluster::Wiring {
+                    cfg,
+                    remote: &self.remote,
+                    host_ips,
+                    runtime_state: running.runtime_state.clone(),
+                    status: running.status.clone(),
+                    pods: running.pods.clone(),
+                    sources_ready: running.sources_ready.clone(),
+                    registered_tx,
+                    registered: registered.clone(),
+                },
+                &tasks,
+                &stop,
+            ),
+            None => {
+                drop(registered_tx);
+                notify_ready();
+            }
+        }
+        tasks.close();
+        info!(node = %cfg.node_name, "Started kubelet");
+        Running {
+            stop,
+            tasks,
+            sync_loop: running.sync_loop,
+            handle: AppHandle {
+                status: running.status,
+                manifest_errors: running.manifest_errors,
+                desired: running.pods,
+                runtime_state: running.runtime_state,
+                healthz_addr,
+                registered,
+                client_cert,
+            },
+        }
+    }
+}
+
+/// Tells systemd (`Type=notify`) the kubelet is up; a no-op outside systemd.
+fn notify_ready() {
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        warn!(error = %e, "Cannot notify systemd");
+    }
+}
+
+impl Running {
+    /// Resolves if the sync loop ends on its own (a critical failure).
+    pub async fn sync_loop_exited(&mut self) {
+        let _ = (&mut self.sync_loop).await;
+    }
+
+    /// Stops every task, waiting at most `grace`. Containers keep running.
+    pub async fn shutdown(self, grace: Duration) {
+        self.stop.cancel();
+        let wait = async {
+            let _ = self.sync_loop.await;
+            self.tasks.wait().await;
+        };
+        if tokio::time::timeout(grace, wait).await.is_err() {
+            warn!(?grace, "Some tasks did not stop in time");
+        }
+        info!("Kubelet stopped; containers keep running");
+    }
+}

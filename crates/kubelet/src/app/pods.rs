@@ -1,0 +1,217 @@
+//! The pod pipeline's subsystems: the pod sources and their merger
+//! (upstream `makePodSourceConfig`), then the PLEG, status manager, pod
+//! workers and sync loop (upstream `startKubelet`/`Run`), each spawned on the
+//! shared task tracker in its own span.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubelet_client::events::EventRecorder;
+use kubelet_config::KubeletConfig;
+use kubelet_runtime::KubeRuntimeManager;
+use kubelet_runtime::pleg::GenericPleg;
+use kubelet_types::{PodUpdate, Source};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, info_span};
+
+use super::cluster::Cluster;
+use super::spawn_in;
+use crate::pod_manager::PodManager;
+use crate::pod_sync::RuntimePodSyncer;
+use crate::pod_workers::{PodWorkers, WorkQueue};
+use crate::podconfig::api::ApiSource;
+use crate::podconfig::file::{FileSource, ManifestErrors};
+use crate::podconfig::http::HttpSource;
+use crate::podconfig::{SourcesReady, spawn_merger};
+use crate::runtime_state::{HealthCheck, RuntimeState};
+use crate::status::StatusManager;
+use crate::sync_loop::{Heartbeat, SyncLoop};
+
+/// The configured pod sources.
+pub(super) struct Sources {
+    file: Option<FileSource>,
+    http: Option<HttpSource>,
+    api: Option<ApiSource>,
+    pods: PodManager,
+}
+
+/// The merged output of the sources.
+pub(super) struct SourcesOut {
+    config: mpsc::Receiver<PodUpdate>,
+    ready: Arc<SourcesReady>,
+    manifest_errors: Option<ManifestErrors>,
+    pods: PodManager,
+}
+
+impl Sources {
+    pub(super) fn new(
+        cfg: &KubeletConfig,
+        http: Option<HttpSource>,
+        cluster: Option<&Cluster>,
+    ) -> Self {
+        let pods = PodManager::default();
+        let file = cfg.static_pod_path.as_ref().map(|path| {
+            info!(path = %path.display(), "Watching static pod path");
+            FileSource::new(
+                path.clone(),
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+            )
+        });
+        let api = cluster.map(|c| ApiSource {
+            client: c.client.clone(),
+            node_name: cfg.node_name.clone(),
+            mirror: pods.clone(),
+        });
+        Self {
+            file,
+            http,
+            api,
+            pods,
+        }
+    }
+
+    /// Starts the merger and every source.
+    pub(super) fn spawn(self, tasks: &TaskTracker, stop: &CancellationToken) -> SourcesOut {
+        let mut expected = vec![];
+        if self.file.is_some() {
+            expected.push(Source::File);
+        }
+        if self.http.is_some() {
+            expected.push(Source::Http);
+        }
+        if self.api.is_some() {
+            expected.push(Source::Api);
+        }
+        let (tx, config, ready) = spawn_merger(tasks, &expected, stop.child_token());
+        let manifest_errors = self.file.as_ref().map(FileSource::errors);
+        if let Some(src) = self.file {
+            let run = src.run(tx.clone(), stop.child_token());
+            spawn_in(tasks, info_span!("file_source"), run);
+        }
+        if let Some(src) = self.http {
+            let run = src.run(tx.clone(), stop.child_token());
+            spawn_in(tasks, info_span!("http_source"), run);
+        }
+        if let Some(src) = self.api {
+            let run = src.run(tx, stop.child_token());
+            spawn_in(tasks, info_span!("api_source"), run);
+        }
+        SourcesOut {
+            config,
+            ready,
+            manifest_errors,
+            pods: self.pods,
+        }
+    }
+}
+
+/// What the pod pipeline is built from.
+pub(super) struct Pipeline<'a> {
+    pub cfg: &'a KubeletConfig,
+    pub manager: Arc<KubeRuntimeManager>,
+    pub runtime_state: Arc<RuntimeState>,
+    pub host_ips: Vec<IpAddr>,
+    pub recorder: Option<Arc<EventRecorder>>,
+}
+
+/// Handles to the running pipeline.
+pub(super) struct RunningPipeline {
+    pub sync_loop: JoinHandle<()>,
+    pub status: Arc<StatusManager>,
+    pub pods: PodManager,
+    pub sources_ready: Arc<SourcesReady>,
+    pub manifest_errors: Option<ManifestErrors>,
+    pub runtime_state: Arc<RuntimeState>,
+    pub heartbeat: Arc<Heartbeat>,
+}
+
+impl Pipeline<'_> {
+    pub(super) fn spawn(
+        self,
+        sources: SourcesOut,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> RunningPipeline {
+        let cfg = self.cfg;
+        let (pleg, pleg_rx) =
+            GenericPleg::new(self.manager.clone(), 8, cfg.runtime_request_timeout);
+        spawn_in(
+            tasks,
+            info_span!("pleg"),
+            pleg.clone().run(stop.child_token()),
+        );
+        let p = pleg.clone();
+        let check: HealthCheck = Arc::new(move || p.healthy());
+        self.runtime_state.add_health_check("PLEG", check);
+
+        let status = Arc::new(StatusManager::default());
+        let mut syncer = RuntimePodSyncer::new(
+            self.manager.clone(),
+            status.clone(),
+            self.runtime_state.clone(),
+            self.host_ips,
+        );
+        if let Some(r) = self.recorder {
+            syncer = syncer.with_recorder(r);
+        }
+        let queue = Arc::new(WorkQueue::default());
+        let workers = Arc::new(PodWorkers::new(
+            Arc::new(syncer),
+            queue.clone(),
+            cfg.sync_frequency,
+            stop.child_token(),
+            tasks.clone(),
+        ));
+        let heartbeat = Arc::new(Heartbeat::default());
+        let sync_loop = SyncLoop {
+            config: sources.config,
+            pleg_events: pleg_rx,
+            pleg,
+            workers,
+            queue,
+            sources_ready: sources.ready.clone(),
+            desired: sources.pods.clone(),
+            heartbeat: heartbeat.clone(),
+            runtime: self.manager,
+            status: status.clone(),
+            max_pods: cfg.max_pods,
+            rejected: Default::default(),
+        };
+        let sync_loop = spawn_in(
+            tasks,
+            info_span!("sync_loop"),
+            sync_loop.run(stop.child_token()),
+        );
+        RunningPipeline {
+            sync_loop,
+            status,
+            pods: sources.pods,
+            sources_ready: sources.ready,
+            manifest_errors: sources.manifest_errors,
+            runtime_state: self.runtime_state,
+            heartbeat,
+        }
+    }
+}
+
+/// What the kubelet server reads of this kubelet (upstream `server.HostInterface`).
+pub(super) struct Host {
+    pub heartbeat: Arc<Heartbeat>,
+    pub resync: Duration,
+}
+
+impl kubelet_server::HostInterface for Host {
+    fn resync_interval(&self) -> Duration {
+        self.resync
+    }
+
+    fn latest_loop_entry_time(&self) -> Option<Instant> {
+        self.heartbeat.latest()
+    }
+}
