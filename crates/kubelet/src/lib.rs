@@ -14,6 +14,8 @@
 
 pub mod active_deadline;
 mod app;
+pub mod error;
+pub mod host;
 mod lifecycle;
 pub mod mirror;
 pub mod pod_manager;

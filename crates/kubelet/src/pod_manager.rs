@@ -11,6 +11,43 @@ use kubelet_types::pod;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
+/// Desired pods as the sync loop reads and writes them (upstream `pod.Manager`).
+pub trait Manager: Send + Sync {
+    /// The desired pod with `uid`.
+    fn get_pod_by_uid(&self, uid: &str) -> Option<Arc<Pod>>;
+    /// Whether a pod with `uid` is desired.
+    fn contains(&self, uid: &str) -> bool;
+    /// Adds or replaces a desired pod.
+    fn add_pod(&self, p: Arc<Pod>);
+    /// Forgets a desired pod.
+    fn remove_pod(&self, uid: &str);
+    /// Every desired pod.
+    fn get_pods(&self) -> Vec<Arc<Pod>>;
+    /// Desired pods by UID, copied.
+    fn snapshot(&self) -> HashMap<String, Arc<Pod>>;
+}
+
+impl Manager for PodManager {
+    fn get_pod_by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
+        PodManager::get_pod_by_uid(self, uid)
+    }
+    fn contains(&self, uid: &str) -> bool {
+        PodManager::contains(self, uid)
+    }
+    fn add_pod(&self, p: Arc<Pod>) {
+        PodManager::add_pod(self, p);
+    }
+    fn remove_pod(&self, uid: &str) {
+        PodManager::remove_pod(self, uid);
+    }
+    fn get_pods(&self) -> Vec<Arc<Pod>> {
+        PodManager::get_pods(self)
+    }
+    fn snapshot(&self) -> HashMap<String, Arc<Pod>> {
+        PodManager::snapshot(self)
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     pods: HashMap<String, Arc<Pod>>,

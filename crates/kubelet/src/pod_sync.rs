@@ -12,6 +12,7 @@ use kubelet_types::pod;
 use tracing::info;
 
 use crate::active_deadline;
+use crate::error::Error;
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
@@ -88,7 +89,7 @@ impl RuntimePodSyncer {
             self.status.set_pod_status(uid, active_deadline::failed(s));
         }
         SyncOutcome {
-            error: killed.err().map(|e| e.to_string()),
+            error: killed.err().map(Error::Kill),
             requeue_after: None,
         }
     }
@@ -108,7 +109,7 @@ impl PodSyncer for RuntimePodSyncer {
                     format!("error determining status: {e}"),
                 );
                 return SyncOutcome {
-                    error: Some(format!("cannot read pod status from the runtime: {e}")),
+                    error: Some(Error::PodStatus(e)),
                     requeue_after: None,
                 };
             }
@@ -139,37 +140,33 @@ impl PodSyncer for RuntimePodSyncer {
             // Failed starts change the waiting reasons: show them now rather than on the next sync.
             self.record(p, &before);
         }
-        let error = (!result.errors.is_empty()).then(|| {
-            result
-                .errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        });
         SyncOutcome {
-            error,
+            error: (!result.errors.is_empty()).then(|| Error::Sync(result.errors)),
             requeue_after: result.requeue_after,
         }
     }
 
-    async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), String> {
+    fn gc_backoff(&self) {
+        self.runtime.gc_backoff(SystemTime::now());
+    }
+
+    async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
         let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
         let status = self
             .runtime
             .get_pod_status(uid, name, ns)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::PodStatus)?;
         self.runtime
             .kill_pod(&status, pod::grace_period(p), true)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::Kill)?;
         if remove {
             // Killing changes states, not which containers and sandboxes exist.
             self.runtime
                 .remove_pod(&status)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(Error::Kill)?;
             self.status.remove(uid);
             info!("Pod stopped and removed");
         } else {
@@ -177,7 +174,7 @@ impl PodSyncer for RuntimePodSyncer {
                 .runtime
                 .get_pod_status(uid, name, ns)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(Error::PodStatus)?;
             self.record(p, &status);
             self.status.mark_terminated(uid);
             info!("Pod stopped");

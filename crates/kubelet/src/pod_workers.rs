@@ -5,6 +5,11 @@
 //! except that a pending kill is never replaced by a sync. After each piece of
 //! work the worker puts the pod back on the [`WorkQueue`]: at the end of a
 //! backoff window, after an error, or after the resync interval with jitter.
+//!
+//! Work in progress can be cut short, as upstream cancels a pod's sync
+//! context: a kill cancels a running sync, and a kill with a shorter grace
+//! period (a second delete, or a force delete with grace 0) cancels a running
+//! kill, which restarts at once with the shorter grace period.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +23,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::error::Error;
 
 /// Upstream `backOffPeriod`: retry a failed sync after this long.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
@@ -48,7 +55,7 @@ pub struct PodWork {
 #[derive(Debug, Default)]
 pub struct SyncOutcome {
     /// The sync failed: retry after [`ERROR_BACKOFF`] (or `requeue_after` if sooner).
-    pub error: Option<String>,
+    pub error: Option<Error>,
     /// Sync again after this long.
     pub requeue_after: Option<Duration>,
 }
@@ -59,7 +66,25 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// Syncs a desired pod.
     async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome;
     /// Kills (and with `remove`, removes) a pod.
-    async fn kill_pod(&self, pod: &Arc<Pod>, remove: bool) -> Result<(), String>;
+    async fn kill_pod(&self, pod: &Arc<Pod>, remove: bool) -> Result<(), Error>;
+    /// Forgets expired crash-loop and pull backoff entries (upstream `backOff.GC`).
+    fn gc_backoff(&self) {}
+}
+
+/// The pod workers as the sync loop drives them (upstream `PodWorkers`).
+pub trait PodWorkers: Send + Sync {
+    /// Hands work to the pod's worker, starting one if needed (upstream `UpdatePod`).
+    fn update_pod(&self, work: PodWork);
+    /// True when the pod has a worker.
+    fn has_worker(&self, uid: &str) -> bool;
+    /// UIDs with a worker.
+    fn uids(&self) -> Vec<String>;
+    /// True when the pod's last work was a completed removal and nothing is pending.
+    fn is_removed(&self, uid: &str) -> bool;
+    /// Stops and forgets the worker of a pod that is gone (upstream `ForgetWorker`).
+    fn forget(&self, uid: &str);
+    /// Housekeeping of the syncer's backoff state.
+    fn gc_backoff(&self);
 }
 
 /// Pods due for a sync at a given time (upstream `queue.WorkQueue`).
@@ -107,16 +132,36 @@ impl WorkQueue {
     }
 }
 
+/// The work a worker is doing now, so newer work can cut it short.
+struct InFlight {
+    kind: WorkKind,
+    grace: Duration,
+    cancel: CancellationToken,
+}
+
 struct Slot {
     pending: Mutex<Option<PodWork>>,
+    in_flight: Mutex<Option<InFlight>>,
     wake: Notify,
     stop: CancellationToken,
     /// Set once a `Kill { remove: true }` finished: the worker may be forgotten.
     removed: Mutex<bool>,
 }
 
-/// The set of pod workers.
-pub struct PodWorkers {
+/// True when `new` must cut the work in flight short: a kill cancels a sync,
+/// and a kill with a shorter grace period cancels a longer kill.
+fn preempts(new: &PodWork, running: &InFlight) -> bool {
+    match (&new.kind, &running.kind) {
+        (WorkKind::Kill { .. }, WorkKind::Sync) => true,
+        (WorkKind::Kill { .. }, WorkKind::Kill { .. }) => {
+            pod::grace_period(&new.pod) < running.grace
+        }
+        (WorkKind::Sync, _) => false,
+    }
+}
+
+/// The set of pod workers: one task per pod on the shared task tracker.
+pub struct AsyncPodWorkers {
     workers: Mutex<HashMap<String, Arc<Slot>>>,
     syncer: Arc<dyn PodSyncer>,
     queue: Arc<WorkQueue>,
@@ -130,7 +175,7 @@ fn jittered(d: Duration) -> Duration {
     d + d.mul_f64(rand::rng().random_range(0.0..0.5))
 }
 
-impl PodWorkers {
+impl AsyncPodWorkers {
     /// Workers that call `syncer`, requeue on `queue` and resync every
     /// `resync` (with jitter); each runs on `tasks` until `stop`.
     pub fn new(
@@ -149,9 +194,10 @@ impl PodWorkers {
             tasks,
         }
     }
+}
 
-    /// Hands work to the pod's worker, starting one if needed.
-    pub fn update_pod(&self, work: PodWork) {
+impl PodWorkers for AsyncPodWorkers {
+    fn update_pod(&self, work: PodWork) {
         let uid = pod::uid(&work.pod).to_string();
         let mut workers = self.workers.lock();
         if let Some(slot) = workers.get(&uid) {
@@ -161,6 +207,12 @@ impl PodWorkers {
                     pending.as_ref().map(|w| &w.kind),
                     Some(WorkKind::Kill { .. })
                 ) && work.kind == WorkKind::Sync;
+                if let Some(running) = slot.in_flight.lock().as_ref()
+                    && preempts(&work, running)
+                {
+                    info!(grace = ?pod::grace_period(&work.pod), "Cutting the pod's work in progress short");
+                    running.cancel.cancel();
+                }
                 if !keep_kill {
                     *pending = Some(work);
                 }
@@ -171,6 +223,7 @@ impl PodWorkers {
         }
         let slot = Arc::new(Slot {
             pending: Mutex::new(Some(work.clone())),
+            in_flight: Mutex::new(None),
             wake: Notify::new(),
             stop: self.stop.child_token(),
             removed: Mutex::new(false),
@@ -189,30 +242,30 @@ impl PodWorkers {
         workers.insert(uid, slot);
     }
 
-    /// True when the pod has a worker.
-    pub fn has_worker(&self, uid: &str) -> bool {
+    fn has_worker(&self, uid: &str) -> bool {
         self.workers.lock().contains_key(uid)
     }
 
-    /// UIDs with a worker.
-    pub fn uids(&self) -> Vec<String> {
+    fn uids(&self) -> Vec<String> {
         self.workers.lock().keys().cloned().collect()
     }
 
-    /// True when the pod's last work was a completed removal and nothing is pending.
-    pub fn is_removed(&self, uid: &str) -> bool {
+    fn is_removed(&self, uid: &str) -> bool {
         self.workers
             .lock()
             .get(uid)
             .is_some_and(|s| *s.removed.lock() && s.pending.lock().is_none())
     }
 
-    /// Stops and forgets the worker of a pod that is gone (upstream `ForgetWorker`).
-    pub fn forget(&self, uid: &str) {
+    fn forget(&self, uid: &str) {
         if let Some(slot) = self.workers.lock().remove(uid) {
             slot.stop.cancel();
         }
         self.queue.remove(uid);
+    }
+
+    fn gc_backoff(&self) {
+        self.syncer.gc_backoff();
     }
 }
 
@@ -230,12 +283,30 @@ async fn run_worker(
         }
         // Drain: the slot may have been refilled while we worked.
         loop {
-            let next = slot.pending.lock().take();
+            // Take the work and publish it as in flight under the pending
+            // lock, so an update either lands in `pending` or cancels this.
+            let cancel = slot.stop.child_token();
+            let next = {
+                let mut pending = slot.pending.lock();
+                let next = pending.take();
+                *slot.in_flight.lock() = next.as_ref().map(|w| InFlight {
+                    kind: w.kind.clone(),
+                    grace: pod::grace_period(&w.pod),
+                    cancel: cancel.clone(),
+                });
+                next
+            };
             let Some(work) = next else { break };
             let uid = pod::uid(&work.pod).to_string();
             match work.kind {
                 WorkKind::Sync => {
-                    let out = syncer.sync_pod(&work.pod).await;
+                    let out = tokio::select! {
+                        out = syncer.sync_pod(&work.pod) => out,
+                        () = cancel.cancelled() => {
+                            info!("Sync cut short by newer work");
+                            continue;
+                        }
+                    };
                     let mut next = jittered(resync);
                     if let Some(e) = &out.error {
                         warn!(error = %e, "Error syncing pod, skipping");
@@ -247,7 +318,13 @@ async fn run_worker(
                     debug!(?next, "Pod synced; requeued");
                     queue.enqueue(&uid, next);
                 }
-                WorkKind::Kill { remove } => match syncer.kill_pod(&work.pod, remove).await {
+                WorkKind::Kill { remove } => match tokio::select! {
+                    r = syncer.kill_pod(&work.pod, remove) => r,
+                    () = cancel.cancelled() => {
+                        info!("Kill cut short by a shorter grace period");
+                        continue;
+                    }
+                } {
                     Ok(()) => {
                         queue.remove(&uid);
                         *slot.removed.lock() = remove;
@@ -264,6 +341,7 @@ async fn run_worker(
                         tokio::select! {
                             biased;
                             () = slot.stop.cancelled() => return,
+                            () = cancel.cancelled() => {}
                             () = tokio::time::sleep(ERROR_BACKOFF) => {}
                         }
                     }
@@ -285,6 +363,10 @@ mod tests {
         in_flight: AtomicUsize,
         max_in_flight: AtomicUsize,
         fail: Mutex<bool>,
+        /// Syncs take this long instead of 100ms.
+        slow_sync: Mutex<Option<Duration>>,
+        /// Kills take the pod's grace period, as a stop that waits it out.
+        kill_waits_grace: std::sync::atomic::AtomicBool,
     }
 
     #[async_trait::async_trait]
@@ -292,17 +374,23 @@ mod tests {
         async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
             let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(n, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let took = self.slow_sync.lock().unwrap_or(Duration::from_millis(100));
+            tokio::time::sleep(took).await;
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             let image = pod::containers(p)[0].image.clone().unwrap_or_default();
             self.calls.lock().push(("sync".into(), image));
             SyncOutcome {
-                error: self.fail.lock().then(|| "boom".to_string()),
+                error: self.fail.lock().then(|| Error::Sync(vec![])),
                 requeue_after: None,
             }
         }
-        async fn kill_pod(&self, _p: &Arc<Pod>, remove: bool) -> Result<(), String> {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
+            let took = if self.kill_waits_grace.load(Ordering::SeqCst) {
+                pod::grace_period(p)
+            } else {
+                Duration::from_millis(100)
+            };
+            tokio::time::sleep(took).await;
             self.calls.lock().push(("kill".into(), remove.to_string()));
             Ok(())
         }
@@ -335,7 +423,7 @@ mod tests {
     async fn updates_coalesce_latest_wins_one_at_a_time() {
         let rec = Arc::new(Recorder::default());
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(
+        let w = AsyncPodWorkers::new(
             rec.clone(),
             q.clone(),
             Duration::from_secs(60),
@@ -361,7 +449,7 @@ mod tests {
     async fn a_pending_kill_is_never_overwritten_by_a_sync() {
         let rec = Arc::new(Recorder::default());
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(
+        let w = AsyncPodWorkers::new(
             rec.clone(),
             q.clone(),
             Duration::from_secs(60),
@@ -377,10 +465,10 @@ mod tests {
         w.update_pod(sync("v1"));
         settle().await;
         let calls = rec.calls.lock().clone();
-        assert_eq!(
-            calls,
-            vec![("sync".into(), "v0".into()), ("kill".into(), "true".into())]
-        );
+        // Issue 7 fix 4.10: the kill cuts the in-flight sync of v0 short (as
+        // upstream cancels the sync context), and the later sync of v1 never
+        // replaces the pending kill.
+        assert_eq!(calls, vec![("kill".into(), "true".into())]);
         assert!(w.is_removed("u1"));
         assert_eq!(q.len(), 0);
         w.forget("u1");
@@ -392,7 +480,7 @@ mod tests {
         let rec = Arc::new(Recorder::default());
         *rec.fail.lock() = true;
         let q = Arc::new(WorkQueue::default());
-        let w = PodWorkers::new(
+        let w = AsyncPodWorkers::new(
             rec.clone(),
             q.clone(),
             Duration::from_secs(60),
@@ -414,6 +502,77 @@ mod tests {
             q.take_due(),
             vec!["u1".to_string()],
             "due within interval + 50% jitter"
+        );
+    }
+
+    fn kill(p: &Arc<Pod>, grace_seconds: Option<i64>) -> PodWork {
+        let mut p = (**p).clone();
+        p.metadata.deletion_grace_period_seconds = grace_seconds;
+        PodWork {
+            kind: WorkKind::Kill { remove: false },
+            pod: Arc::new(p),
+        }
+    }
+
+    fn kills_done(rec: &Recorder) -> usize {
+        rec.calls.lock().iter().filter(|(k, _)| k == "kill").count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_grace_period_cuts_a_kill_in_progress_short() {
+        let rec = Arc::new(Recorder::default());
+        rec.kill_waits_grace.store(true, Ordering::SeqCst);
+        let w = AsyncPodWorkers::new(
+            rec.clone(),
+            Arc::new(WorkQueue::default()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let p = pod("busybox");
+        w.update_pod(kill(&p, Some(30)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A second delete with a longer grace period changes nothing.
+        w.update_pod(kill(&p, Some(60)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(kills_done(&rec), 0);
+        // A second delete with 5s restarts the kill with 5s.
+        w.update_pod(kill(&p, Some(5)));
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(kills_done(&rec), 1, "done after 5s, not 30s");
+        // A force delete (grace 0) kills at once (the runtime's minimum).
+        w.update_pod(kill(&p, Some(30)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        w.update_pod(kill(&p, Some(0)));
+        tokio::time::sleep(kubelet_types::pod::MIN_GRACE_PERIOD + Duration::from_millis(100)).await;
+        assert_eq!(kills_done(&rec), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kill_cuts_a_running_sync_short() {
+        let rec = Arc::new(Recorder::default());
+        *rec.slow_sync.lock() = Some(Duration::from_secs(600));
+        let w = AsyncPodWorkers::new(
+            rec.clone(),
+            Arc::new(WorkQueue::default()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let p = pod("busybox");
+        w.update_pod(sync("busybox"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        w.update_pod(kill(&p, None));
+        w.update_pod(sync("busybox"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            kills_done(&rec),
+            1,
+            "the kill did not wait for the 10-minute sync"
+        );
+        assert!(
+            !rec.calls.lock().iter().any(|(k, _)| k == "sync"),
+            "the cut sync never completed, and no sync replaced the pending kill"
         );
     }
 }

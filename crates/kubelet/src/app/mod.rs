@@ -205,7 +205,7 @@ impl App {
                 info_span!("healthz_log"),
                 log.clone().run(stop.child_token()),
             );
-            let host = Arc::new(pods::Host {
+            let host = Arc::new(crate::host::KubeletHost {
                 heartbeat: running.heartbeat.clone(),
                 resync: cfg.sync_frequency,
             });

@@ -5,7 +5,6 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kubelet_client::events::EventRecorder;
 use kubelet_config::KubeletConfig;
@@ -14,7 +13,6 @@ use kubelet_runtime::pleg::GenericPleg;
 use kubelet_types::{PodUpdate, Source};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, info_span};
@@ -23,7 +21,7 @@ use super::cluster::Cluster;
 use super::spawn_in;
 use crate::pod_manager::PodManager;
 use crate::pod_sync::RuntimePodSyncer;
-use crate::pod_workers::{PodWorkers, WorkQueue};
+use crate::pod_workers::{AsyncPodWorkers, WorkQueue};
 use crate::podconfig::api::ApiSource;
 use crate::podconfig::file::{FileSource, ManifestErrors};
 use crate::podconfig::http::HttpSource;
@@ -161,7 +159,7 @@ impl Pipeline<'_> {
             syncer = syncer.with_recorder(r);
         }
         let queue = Arc::new(WorkQueue::default());
-        let workers = Arc::new(PodWorkers::new(
+        let workers = Arc::new(AsyncPodWorkers::new(
             Arc::new(syncer),
             queue.clone(),
             cfg.sync_frequency,
@@ -176,9 +174,8 @@ impl Pipeline<'_> {
             workers,
             queue,
             sources_ready: sources.ready.clone(),
-            desired: sources.pods.clone(),
+            desired: Arc::new(sources.pods.clone()),
             heartbeat: heartbeat.clone(),
-            runtime: self.manager,
             status: status.clone(),
             max_pods: cfg.max_pods,
             rejected: Default::default(),
@@ -197,21 +194,5 @@ impl Pipeline<'_> {
             runtime_state: self.runtime_state,
             heartbeat,
         }
-    }
-}
-
-/// What the kubelet server reads of this kubelet (upstream `server.HostInterface`).
-pub(super) struct Host {
-    pub heartbeat: Arc<Heartbeat>,
-    pub resync: Duration,
-}
-
-impl kubelet_server::HostInterface for Host {
-    fn resync_interval(&self) -> Duration {
-        self.resync
-    }
-
-    fn latest_loop_entry_time(&self) -> Option<Instant> {
-        self.heartbeat.latest()
     }
 }

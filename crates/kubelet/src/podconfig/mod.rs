@@ -54,7 +54,8 @@ impl SourcesReady {
         }
     }
 
-    fn mark(&self, s: Source) {
+    /// Records that `s` sent a snapshot.
+    pub fn mark(&self, s: Source) {
         self.seen.lock().insert(s);
     }
 

@@ -2,15 +2,20 @@
 //! `select!` over pod config updates, PLEG events, a 1s tick that dispatches
 //! pods due on the work queue, and housekeeping every 2s that stops and
 //! removes pods no source wants (only once every source has reported).
+//!
+//! The loop depends on its collaborators through traits: [`Pleg`] (the
+//! runtime's pods as of the last relist), [`PodWorkers`] (the pod syncer) and
+//! [`Manager`] (desired pods), so it is unit-tested on paused time with fakes.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_runtime::KubeRuntimeManager;
-use kubelet_runtime::pleg::{GenericPleg, PodLifecycleEvent};
+use kubelet_runtime::pleg::{GenericPleg, PodLifecycleEvent, RuntimePod};
 use kubelet_types::{PodOperation, PodUpdate, pod};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -18,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::lifecycle::{admit, rejected_status};
-use crate::pod_manager::PodManager;
+use crate::pod_manager::Manager;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
 use crate::podconfig::SourcesReady;
 use crate::status::StatusManager;
@@ -61,6 +66,21 @@ impl Heartbeat {
     }
 }
 
+/// What the loop reads of the PLEG (upstream `PodLifecycleEventGenerator`
+/// and the runtime pod cache housekeeping reads).
+#[async_trait::async_trait]
+pub trait Pleg: Send + Sync {
+    /// Pods the runtime had at the last relist, by UID.
+    async fn runtime_pods(&self) -> HashMap<String, RuntimePod>;
+}
+
+#[async_trait::async_trait]
+impl Pleg for GenericPleg {
+    async fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+        GenericPleg::runtime_pods(self)
+    }
+}
+
 /// The loop's inputs and collaborators.
 pub struct SyncLoop {
     /// Merged pod updates.
@@ -68,19 +88,17 @@ pub struct SyncLoop {
     /// PLEG events.
     pub pleg_events: mpsc::Receiver<PodLifecycleEvent>,
     /// The PLEG (for the pods the runtime has).
-    pub pleg: Arc<GenericPleg>,
+    pub pleg: Arc<dyn Pleg>,
     /// Pod workers.
-    pub workers: Arc<PodWorkers>,
+    pub workers: Arc<dyn PodWorkers>,
     /// The work queue the workers requeue on.
     pub queue: Arc<WorkQueue>,
     /// Whether every source reported.
     pub sources_ready: Arc<SourcesReady>,
     /// Desired pods.
-    pub desired: PodManager,
+    pub desired: Arc<dyn Manager>,
     /// Liveness of the loop.
     pub heartbeat: Arc<Heartbeat>,
-    /// The runtime manager (for backoff bookkeeping).
-    pub runtime: Arc<KubeRuntimeManager>,
     /// Pod statuses (rejected pods get theirs here).
     pub status: Arc<StatusManager>,
     /// `maxPods`.
@@ -213,8 +231,8 @@ impl SyncLoop {
 
     /// Upstream `HandlePodCleanups`: stop and remove runtime pods nobody wants;
     /// forget workers of pods that are gone.
-    fn housekeeping(&self) {
-        self.runtime.gc_backoff(std::time::SystemTime::now());
+    async fn housekeeping(&self) {
+        self.workers.gc_backoff();
         if !self.sources_ready.all_ready() {
             return;
         }
@@ -229,21 +247,21 @@ impl SyncLoop {
                 self.dispatch(WorkKind::Sync, p.clone());
             }
         }
-        for (uid, rp) in self.pleg.runtime_pods() {
-            if desired.contains_key(&uid) {
+        let runtime = self.pleg.runtime_pods().await;
+        for (uid, rp) in &runtime {
+            if desired.contains_key(uid) {
                 continue;
             }
-            if self.workers.is_removed(&uid) {
+            if self.workers.is_removed(uid) {
                 continue;
             }
-            if !self.workers.has_worker(&uid) {
+            if !self.workers.has_worker(uid) {
                 info!(pod.uid = %uid, pod = %format!("{}/{}", rp.namespace, rp.name), running = rp.is_running(),
                     "Cleaning up pod that no source wants");
-                let stub = orphan_stub(&uid, &rp.name, &rp.namespace);
+                let stub = orphan_stub(uid, &rp.name, &rp.namespace);
                 self.dispatch(WorkKind::Kill { remove: true }, stub);
             }
         }
-        let runtime = self.pleg.runtime_pods();
         for uid in self.workers.uids() {
             if !desired.contains_key(&uid)
                 && self.workers.is_removed(&uid)
@@ -272,8 +290,11 @@ impl SyncLoop {
                 },
                 ev = self.pleg_events.recv() => if let Some(ev) = ev { self.handle_pleg(&ev) },
                 _ = tick.tick() => self.handle_tick(),
-                _ = hk.tick() => self.housekeeping(),
+                _ = hk.tick() => self.housekeeping().await,
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

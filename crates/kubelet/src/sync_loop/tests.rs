@@ -1,0 +1,264 @@
+//! Unit tests of the sync loop on paused time, with fakes at its seams.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use kubelet_runtime::pleg::EventKind;
+use kubelet_server::HostInterface as _;
+use kubelet_test_util::pods;
+use kubelet_types::Source;
+use parking_lot::Mutex;
+
+use super::*;
+use crate::host::KubeletHost;
+use crate::pod_manager::PodManager;
+use crate::podconfig::SourcesReady;
+use crate::status::StatusManager;
+
+#[derive(Default)]
+struct FakePleg {
+    pods: Mutex<HashMap<String, RuntimePod>>,
+    /// `runtime_pods` never answers (a runtime that hangs housekeeping).
+    hang: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Pleg for FakePleg {
+    async fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.pods.lock().clone()
+    }
+}
+
+#[derive(Default)]
+struct FakeWorkers {
+    work: Mutex<Vec<(String, WorkKind)>>,
+    known: Mutex<HashSet<String>>,
+    removed: Mutex<HashSet<String>>,
+    forgotten: Mutex<Vec<String>>,
+    gc: AtomicUsize,
+}
+
+impl FakeWorkers {
+    fn take(&self) -> Vec<(String, WorkKind)> {
+        std::mem::take(&mut *self.work.lock())
+    }
+}
+
+impl PodWorkers for FakeWorkers {
+    fn update_pod(&self, w: PodWork) {
+        let uid = pod::uid(&w.pod).to_string();
+        self.known.lock().insert(uid.clone());
+        self.work.lock().push((uid, w.kind));
+    }
+    fn has_worker(&self, uid: &str) -> bool {
+        self.known.lock().contains(uid)
+    }
+    fn uids(&self) -> Vec<String> {
+        self.known.lock().iter().cloned().collect()
+    }
+    fn is_removed(&self, uid: &str) -> bool {
+        self.removed.lock().contains(uid)
+    }
+    fn forget(&self, uid: &str) {
+        self.known.lock().remove(uid);
+        self.forgotten.lock().push(uid.to_string());
+    }
+    fn gc_backoff(&self) {
+        self.gc.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+struct Harness {
+    config: mpsc::Sender<PodUpdate>,
+    pleg_events: mpsc::Sender<PodLifecycleEvent>,
+    pleg: Arc<FakePleg>,
+    workers: Arc<FakeWorkers>,
+    queue: Arc<WorkQueue>,
+    ready: Arc<SourcesReady>,
+    pods: PodManager,
+    heartbeat: Arc<Heartbeat>,
+    stop: CancellationToken,
+}
+
+fn start() -> Harness {
+    let (config, config_rx) = mpsc::channel(16);
+    let (pleg_events, pleg_rx) = mpsc::channel(16);
+    let h = Harness {
+        config,
+        pleg_events,
+        pleg: Arc::default(),
+        workers: Arc::default(),
+        queue: Arc::default(),
+        ready: Arc::new(SourcesReady::new([Source::File])),
+        pods: PodManager::default(),
+        heartbeat: Arc::default(),
+        stop: CancellationToken::new(),
+    };
+    let sync_loop = SyncLoop {
+        config: config_rx,
+        pleg_events: pleg_rx,
+        pleg: h.pleg.clone(),
+        workers: h.workers.clone(),
+        queue: h.queue.clone(),
+        sources_ready: h.ready.clone(),
+        desired: Arc::new(h.pods.clone()),
+        heartbeat: h.heartbeat.clone(),
+        status: Arc::new(StatusManager::default()),
+        max_pods: 110,
+        rejected: HashSet::new(),
+    };
+    tokio::spawn(sync_loop.run(h.stop.clone()));
+    h
+}
+
+fn update(op: PodOperation, p: &Pod) -> PodUpdate {
+    PodUpdate {
+        op,
+        source: Source::File,
+        pods: vec![Arc::new(p.clone())],
+    }
+}
+
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn config_updates_record_desired_pods_and_dispatch_work() {
+    let h = start();
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    assert!(h.pods.contains(&uid), "ADD records the desired pod");
+    assert_eq!(h.workers.take(), vec![(uid.clone(), WorkKind::Sync)]);
+
+    h.config.send(update(PodOperation::Update, &p)).await.ok();
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(uid.clone(), WorkKind::Sync)]);
+
+    let mut deleted = p.clone();
+    deleted.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+    );
+    h.config
+        .send(update(PodOperation::Delete, &deleted))
+        .await
+        .ok();
+    settle().await;
+    assert_eq!(
+        h.workers.take(),
+        vec![(uid.clone(), WorkKind::Kill { remove: false })]
+    );
+
+    h.config.send(update(PodOperation::Remove, &p)).await.ok();
+    settle().await;
+    assert!(!h.pods.contains(&uid), "REMOVE forgets the desired pod");
+    assert_eq!(
+        h.workers.take(),
+        vec![(uid, WorkKind::Kill { remove: true })]
+    );
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn pleg_events_wake_desired_pods_only() {
+    let h = start();
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    h.workers.take();
+    for id in [uid.as_str(), "not-desired"] {
+        h.pleg_events
+            .send(PodLifecycleEvent {
+                uid: id.to_string(),
+                kind: EventKind::ContainerDied,
+                id: "c1".into(),
+            })
+            .await
+            .ok();
+    }
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(uid, WorkKind::Sync)]);
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_pods_are_resynced_when_due() {
+    let h = start();
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    h.workers.take();
+    h.queue.enqueue(&uid, Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(h.workers.take().is_empty(), "not due yet");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.workers.take(), vec![(uid, WorkKind::Sync)]);
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn housekeeping_cleans_up_orphans_only_once_sources_are_ready() {
+    let h = start();
+    h.pleg.pods.lock().insert(
+        "orphan".into(),
+        RuntimePod {
+            name: "old".into(),
+            namespace: "default".into(),
+            states: HashMap::new(),
+        },
+    );
+    tokio::time::sleep(HOUSEKEEPING_PERIOD * 2).await;
+    assert!(
+        h.workers.take().is_empty(),
+        "nothing is cleaned up before every source reported"
+    );
+    assert!(h.workers.gc.load(Ordering::SeqCst) >= 2, "backoff GC runs");
+    h.ready.mark(Source::File);
+    tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
+    let work = h.workers.take();
+    assert_eq!(
+        work,
+        vec![("orphan".to_string(), WorkKind::Kill { remove: true })]
+    );
+    // Once removed and gone from the runtime, the worker is forgotten.
+    h.workers.removed.lock().insert("orphan".into());
+    h.pleg.pods.lock().clear();
+    tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
+    assert_eq!(*h.workers.forgotten.lock(), vec!["orphan".to_string()]);
+    assert!(h.workers.take().is_empty(), "no second kill");
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_loop_fails_the_syncloop_check() {
+    let h = start();
+    let host = Arc::new(KubeletHost {
+        heartbeat: h.heartbeat.clone(),
+        resync: Duration::from_secs(60),
+    });
+    let checks = kubelet_server::healthz::Checks::new(
+        host.clone(),
+        Arc::new(kubelet_server::healthz::LogCheck::default()),
+    );
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    assert_eq!(checks.run("syncloop"), Some(Ok(())), "an idle loop ticks");
+    assert!(host.latest_loop_entry_time().is_some());
+    // Housekeeping now blocks on a runtime that never answers.
+    h.pleg.hang.store(true, Ordering::SeqCst);
+    h.ready.mark(Source::File);
+    tokio::time::sleep(Duration::from_secs(299)).await;
+    assert_eq!(checks.run("syncloop"), Some(Ok(())), "within 5 minutes");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        matches!(checks.run("syncloop"), Some(Err(e)) if e.starts_with("sync Loop took longer than expected")),
+        "a loop stuck for over 5 minutes fails /healthz"
+    );
+    h.stop.cancel();
+}
