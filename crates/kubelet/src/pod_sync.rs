@@ -140,9 +140,15 @@ impl PodSyncer for RuntimePodSyncer {
             // Failed starts change the waiting reasons: show them now rather than on the next sync.
             self.record(p, &before);
         }
+        let requeue_after = result.requeue_after;
+        let error = if result.errors.is_empty() {
+            None
+        } else {
+            Some(Error::Sync(result.errors))
+        };
         SyncOutcome {
-            error: (!result.errors.is_empty()).then(|| Error::Sync(result.errors)),
-            requeue_after: result.requeue_after,
+            error,
+            requeue_after,
         }
     }
 
