@@ -32,7 +32,8 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-fn is_static(p: &Pod) -> bool {
+/// True for a pod from a static source, file or HTTP (upstream `kubetypes.IsStaticPod`).
+pub fn is_static(p: &Pod) -> bool {
     matches!(annotation(p, labels::CONFIG_SOURCE), Some("file" | "http"))
 }
 

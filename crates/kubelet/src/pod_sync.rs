@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kubelet_runtime::KubeRuntimeManager;
 use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use kubelet_types::pod;
@@ -13,6 +13,7 @@ use tracing::info;
 
 use crate::active_deadline;
 use crate::error::Error;
+use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
@@ -24,6 +25,7 @@ pub struct RuntimePodSyncer {
     runtime_state: Arc<RuntimeState>,
     host_ips: Vec<std::net::IpAddr>,
     recorder: Arc<dyn Recorder>,
+    pods: Option<PodManager>,
 }
 
 impl RuntimePodSyncer {
@@ -41,6 +43,7 @@ impl RuntimePodSyncer {
             runtime_state,
             host_ips,
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
+            pods: None,
         }
     }
 
@@ -50,11 +53,50 @@ impl RuntimePodSyncer {
         self
     }
 
+    /// Reads the apiserver's view of pods (the API pod, or a static pod's
+    /// mirror) to seed state a restarted kubelet would otherwise lose.
+    pub fn with_pod_manager(mut self, pods: PodManager) -> Self {
+        self.pods = Some(pods);
+        self
+    }
+
+    /// The pod's last status: ours, or after a restart the one the apiserver
+    /// holds (upstream `updateStatusInternal`: the cached status, else the
+    /// mirror pod's, else the pod's own).
+    fn previous_status(&self, p: &Pod) -> Option<PodStatus> {
+        if let Some(s) = self.status.get_pod_status(pod::uid(p)) {
+            return Some(s);
+        }
+        let mirror = self
+            .pods
+            .as_ref()
+            .and_then(|m| m.get_mirror_pod_by_full_name(&pod::full_name(p)))
+            .and_then(|m| m.status);
+        mirror.or_else(|| p.status.clone())
+    }
+
     fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
+        self.record_phase(p, rs, false);
+    }
+
+    /// Generates and stores the pod's status; `pod_is_terminal` once the pod
+    /// was stopped for good (upstream `generateAPIPodStatus(.., podIsTerminal)`).
+    fn record_phase(&self, p: &Pod, rs: &kubelet_runtime::PodStatus, pod_is_terminal: bool) {
         let uid = pod::uid(p);
         let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
         let runtime_name = self.runtime_state.runtime_name();
-        let api = generate_api_pod_status(p, rs, &waiting, &runtime_name, &self.host_ips);
+        let mut api = generate_api_pod_status(
+            p,
+            rs,
+            &waiting,
+            &runtime_name,
+            &self.host_ips,
+            pod_is_terminal,
+        );
+        // The start time never changes, not even across a kubelet restart.
+        if let Some(start) = self.previous_status(p).and_then(|s| s.start_time) {
+            api.start_time = Some(start);
+        }
         if let Some(old) = self.status.get_pod_status(uid)
             && let Err(e) = check_container_state_transition(&old, &api, pod::restart_policy(p))
         {
@@ -116,7 +158,7 @@ impl PodSyncer for RuntimePodSyncer {
         };
         let now = SystemTime::now();
         // Checked before a new status is recorded, so a failed pod never looks alive again.
-        let cached = self.status.get_pod_status(uid);
+        let cached = self.previous_status(p);
         if active_deadline::exceeded(cached.as_ref())
             || active_deadline::remaining(p, cached.as_ref(), now)
                 == Some(std::time::Duration::ZERO)
@@ -181,10 +223,98 @@ impl PodSyncer for RuntimePodSyncer {
                 .get_pod_status(uid, name, ns)
                 .await
                 .map_err(Error::PodStatus)?;
-            self.record(p, &status);
+            self.record_phase(p, &status, true);
             self.status.mark_terminated(uid);
             info!("Pod stopped");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kubelet_runtime::RuntimeConfig;
+    use kubelet_test_util::{FakeRuntime, pods};
+
+    fn syncer(fake: &FakeRuntime) -> (RuntimePodSyncer, Arc<StatusManager>) {
+        fake.add_image("busybox");
+        let manager = Arc::new(KubeRuntimeManager::new(
+            Arc::new(fake.clone()),
+            Arc::new(fake.clone()),
+            RuntimeConfig::default(),
+        ));
+        let status = Arc::new(StatusManager::default());
+        let s = RuntimePodSyncer::new(
+            manager,
+            status.clone(),
+            Arc::new(RuntimeState::new(vec![])),
+            vec![],
+        );
+        (s, status)
+    }
+
+    fn hour_ago() -> Time {
+        Time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1))
+    }
+
+    /// Issue 7 fix 4.2: after a kubelet restart the start time is the one the
+    /// apiserver holds, and `activeDeadlineSeconds` counts from it.
+    #[tokio::test]
+    async fn start_time_survives_a_restart_and_the_deadline_counts_from_it() {
+        let fake = FakeRuntime::new();
+        let (s, status) = syncer(&fake);
+        let mut p = pods::simple("web", "busybox", "Always");
+        let started = hour_ago();
+        p.status = Some(PodStatus {
+            start_time: Some(started.clone()),
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let p = Arc::new(p);
+        let out = s.sync_pod(&p).await;
+        assert!(out.error.is_none(), "{:?}", out.error);
+        let got = status.get_pod_status(pod::uid(&p)).expect("status");
+        assert_eq!(got.start_time, Some(started.clone()));
+
+        let fake = FakeRuntime::new();
+        let (s, status) = syncer(&fake);
+        let mut p = (*p).clone();
+        p.metadata.uid = Some(pods::unique_uid());
+        p.spec.as_mut().expect("spec").active_deadline_seconds = Some(1800);
+        let p = Arc::new(p);
+        s.sync_pod(&p).await;
+        let got = status.get_pod_status(pod::uid(&p)).expect("status");
+        assert_eq!(got.start_time, Some(started));
+        assert_eq!(
+            (got.phase.as_deref(), got.reason.as_deref()),
+            (Some("Failed"), Some(active_deadline::REASON)),
+            "an hour since the original start is past a 30-minute deadline"
+        );
+        assert_eq!(
+            fake.call_count("CreateContainer"),
+            0,
+            "never started after the deadline"
+        );
+    }
+
+    /// Issue 7 fix 4.3: a deleted pod whose containers are all stopped is
+    /// terminal, even under restartPolicy Always.
+    #[tokio::test]
+    async fn a_killed_pod_reports_a_terminal_phase() {
+        let fake = FakeRuntime::new();
+        let (s, status) = syncer(&fake);
+        let p = Arc::new(pods::simple("web", "busybox", "Always"));
+        s.sync_pod(&p).await;
+        let running = status.get_pod_status(pod::uid(&p)).expect("status");
+        assert_eq!(running.phase.as_deref(), Some("Running"));
+        s.kill_pod(&p, false).await.expect("kill");
+        let killed = status.get_pod_status(pod::uid(&p)).expect("status");
+        assert_eq!(
+            killed.phase.as_deref(),
+            Some("Succeeded"),
+            "all containers exited 0 and none will restart"
+        );
     }
 }

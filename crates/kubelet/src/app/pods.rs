@@ -154,7 +154,8 @@ impl Pipeline<'_> {
             status.clone(),
             self.runtime_state.clone(),
             self.host_ips,
-        );
+        )
+        .with_pod_manager(sources.pods.clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }

@@ -105,8 +105,15 @@ fn container_status(
     out
 }
 
-/// Upstream `getPhase`.
-fn phase(p: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static str {
+/// Upstream `getPhase` (1.27+): once the pod is terminal (stopped for good,
+/// e.g. deleted), all-terminated containers give `Succeeded` or `Failed`
+/// whatever the restart policy; static pods are exempt, as upstream.
+fn phase(
+    p: &Pod,
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+    pod_is_terminal: bool,
+) -> &'static str {
     let policy = pod::restart_policy(p);
     let (mut pending_init, mut failed_init) = (0, 0);
     for s in init {
@@ -164,6 +171,13 @@ fn phase(p: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static
         return "Running";
     }
     if running == 0 && stopped > 0 && unknown == 0 {
+        if pod_is_terminal && !crate::mirror::is_static(p) {
+            return if stopped == succeeded {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
+        }
         return match policy {
             RestartPolicy::Always => "Running",
             _ if stopped == succeeded => "Succeeded",
@@ -186,13 +200,14 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, now: &Option<Time>) ->
 
 /// The API status of `p` for runtime state `status`. `runtime` names the runtime
 /// for container IDs (`containerd://…`); `waiting` gives the reason of a container
-/// that failed to start.
+/// that failed to start; `pod_is_terminal` once the pod was stopped for good.
 pub fn generate_api_pod_status(
     p: &Pod,
     status: &rt::PodStatus,
     waiting: Waiting<'_>,
     runtime: &str,
     host_ips: &[std::net::IpAddr],
+    pod_is_terminal: bool,
 ) -> PodStatus {
     let init: Vec<ContainerStatus> = pod::init_containers(p)
         .iter()
@@ -214,7 +229,7 @@ pub fn generate_api_pod_status(
             container_status(c, status, waiting, runtime, reason)
         })
         .collect();
-    let phase = phase(p, &init, &app);
+    let phase = phase(p, &init, &app, pod_is_terminal);
     let now = time(SystemTime::now());
     let initialized = init.iter().all(|s| {
         s.state
@@ -352,6 +367,7 @@ mod tests {
             &none,
             "containerd",
             &[],
+            false,
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
@@ -372,14 +388,14 @@ mod tests {
         let none = |_: &str| None;
         let node: std::net::IpAddr = "192.168.1.20".parse().expect("ip");
         let st = status(vec![inst(RtState::Running, 0, 0, 10)]);
-        let s = generate_api_pod_status(&pod("Always"), &st, &none, "containerd", &[node]);
+        let s = generate_api_pod_status(&pod("Always"), &st, &none, "containerd", &[node], false);
         assert_eq!(s.host_ip.as_deref(), Some("192.168.1.20"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
         let mut hn = pod("Always");
         if let Some(spec) = hn.spec.as_mut() {
             spec.host_network = Some(true);
         }
-        let s = generate_api_pod_status(&hn, &st, &none, "containerd", &[node]);
+        let s = generate_api_pod_status(&hn, &st, &none, "containerd", &[node], false);
         assert_eq!(s.pod_ip.as_deref(), Some("192.168.1.20"));
     }
 
@@ -395,6 +411,7 @@ mod tests {
             &w,
             "containerd",
             &[],
+            false,
         );
         let cs = &s.container_statuses.expect("statuses")[0];
         assert_eq!(
@@ -430,11 +447,19 @@ mod tests {
                 &none,
                 "containerd",
                 &[],
+                false,
             );
             assert_eq!(s.phase.as_deref(), Some(want), "{policy} {exit}");
         }
         let w = |_: &str| Some(("ErrImagePull", "not found".to_string()));
-        let s = generate_api_pod_status(&pod("Always"), &status(vec![]), &w, "containerd", &[]);
+        let s = generate_api_pod_status(
+            &pod("Always"),
+            &status(vec![]),
+            &w,
+            "containerd",
+            &[],
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let cs = &s.container_statuses.expect("statuses")[0];
         assert_eq!(
@@ -443,6 +468,43 @@ mod tests {
                 .and_then(|s| s.waiting.as_ref())
                 .and_then(|w| w.reason.as_deref()),
             Some("ErrImagePull")
+        );
+    }
+
+    /// Issue 7 fix 4.3: a pod stopped for good (deleted) whose containers all
+    /// terminated is `Succeeded` or `Failed` whatever its restart policy
+    /// (upstream 1.27+ `getPhase` with `podIsTerminal`); static pods are exempt.
+    #[test]
+    fn terminal_pods_get_a_terminal_phase() {
+        let none = |_: &str| None;
+        for (policy, exit, want) in [
+            ("Always", 0, "Succeeded"),
+            ("Always", 137, "Failed"),
+            ("OnFailure", 143, "Failed"),
+            ("OnFailure", 0, "Succeeded"),
+            ("Never", 1, "Failed"),
+        ] {
+            let st = status(vec![inst(RtState::Exited, exit, 0, 10)]);
+            let p = pod(policy);
+            let running = generate_api_pod_status(&p, &st, &none, "containerd", &[], false);
+            let terminal = generate_api_pod_status(&p, &st, &none, "containerd", &[], true);
+            assert_eq!(terminal.phase.as_deref(), Some(want), "{policy} {exit}");
+            if policy == "Always" {
+                assert_eq!(running.phase.as_deref(), Some("Running"), "restarting");
+            }
+        }
+        let mut static_pod = pod("Always");
+        static_pod
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(kubelet_types::labels::CONFIG_SOURCE.into(), "file".into());
+        let st = status(vec![inst(RtState::Exited, 0, 0, 10)]);
+        let s = generate_api_pod_status(&static_pod, &st, &none, "containerd", &[], true);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some("Running"),
+            "static pods are exempt"
         );
     }
 }
