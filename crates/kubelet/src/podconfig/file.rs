@@ -121,18 +121,31 @@ impl FileSource {
         pods
     }
 
+    /// Reads every manifest off the async runtime: a manifest on a slow or
+    /// hung filesystem (or a FIFO) must not stall other tasks.
+    async fn read_pods_blocking(self: &Arc<Self>) -> Vec<Pod> {
+        let this = self.clone();
+        match tokio::task::spawn_blocking(move || this.read_pods()).await {
+            Ok(pods) => pods,
+            Err(e) => {
+                warn!(error = %e, "Reading static pod manifests failed");
+                vec![]
+            }
+        }
+    }
+
     /// Sends a snapshot now, on every change in the directory (debounced), and every period, until `stop`.
     pub async fn run(self, tx: SourceSender, stop: CancellationToken) {
+        let this = Arc::new(self);
         let changed = Arc::new(Notify::new());
         let n = changed.clone();
         // Watch the directory itself, or the file's directory when a single file is configured.
-        let watch_dir = if self.path.is_dir() {
-            self.path.clone()
+        let path = this.path.clone();
+        let is_dir = tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir());
+        let watch_dir = if is_dir {
+            path.clone()
         } else {
-            self.path
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| self.path.clone())
+            path.parent().map(Path::to_path_buf).unwrap_or(path)
         };
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             if res.is_ok() {
@@ -150,10 +163,10 @@ impl FileSource {
                 None
             }
         };
-        let mut tick = tokio::time::interval(self.period);
+        let mut tick = tokio::time::interval(this.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let pods = self.read_pods();
+            let pods = this.read_pods_blocking().await;
             if tx
                 .send(SourceUpdate {
                     source: Source::File,
@@ -255,5 +268,39 @@ mod tests {
         .expect("change seen well before the hour-long period");
         assert_eq!(next.pods.len(), 1);
         stop.cancel();
+    }
+
+    /// Issue 7 fix 4.8: reading a manifest that blocks (here a FIFO with no
+    /// writer) must not block the async runtime the source runs on.
+    #[test]
+    fn a_blocking_manifest_read_does_not_stall_the_runtime() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("pod.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let (tx, _rx) = tokio::sync::mpsc::channel(1);
+                let stop = CancellationToken::new();
+                let src = FileSource::new(path, "n".into(), Duration::from_secs(20));
+                tokio::spawn(src.run(tx, stop.clone()));
+                // Other tasks on this runtime still run while the read blocks.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = done_tx.send(());
+                stop.cancel();
+            });
+        });
+        let answered = done_rx.recv_timeout(Duration::from_secs(5));
+        // Unblock the reader, whatever happened.
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+        assert!(
+            answered.is_ok(),
+            "the runtime stalled on a blocking manifest read"
+        );
     }
 }
