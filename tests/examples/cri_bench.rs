@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use cri::{ImageService, RemoteRuntime, RuntimeService, pb};
-use kubelet::podconfig::parse_pod_document;
+use kubelet_podconfig::parse_pod_document;
 use kubelet_runtime::{RuntimeConfig, generate_container_config, generate_sandbox_config};
 use kubelet_types::Source;
 

@@ -1,6 +1,6 @@
 //! The kubelet-rs node agent (upstream `pkg/kubelet`).
 //!
-//! Pod sources ([`podconfig`]) feed one merged channel of pod updates into the
+//! Pod sources (`kubelet-podconfig`) feed one merged channel of pod updates into the
 //! [`sync_loop`], which records desired pods in the [`pod_manager`] and
 //! dispatches each pod to its worker ([`pod_workers`]); workers sync pods
 //! through the runtime manager of `kubelet-runtime` ([`pod_sync`]). The PLEG
@@ -8,9 +8,9 @@
 //! pod status; [`runtime_state`] is the node's view of the runtime;
 //! [`lifecycle`] admits pods. [`App`] wires it all under one cancellation tree.
 //!
-//! Configuration, the apiserver client, the Node and the HTTP endpoints live
-//! in their own crates: `kubelet-config`, `kubelet-client`, `kubelet-node` and
-//! `kubelet-server`.
+//! Configuration, pod sources, the apiserver client, the Node and the HTTP
+//! endpoints live in their own crates: `kubelet-config`, `kubelet-podconfig`,
+//! `kubelet-client`, `kubelet-node` and `kubelet-server`.
 
 pub mod active_deadline;
 mod app;
@@ -21,7 +21,6 @@ pub mod mirror;
 pub mod pod_manager;
 pub mod pod_sync;
 pub mod pod_workers;
-pub mod podconfig;
 pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;

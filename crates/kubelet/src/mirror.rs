@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::pod_manager::PodManager;
-use crate::podconfig::SourcesReady;
+use kubelet_podconfig::SourcesReady;
 
 /// How often the reconciler looks even without a change notification.
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -169,8 +169,8 @@ impl MirrorManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::podconfig::api::ApiSource;
-    use crate::podconfig::spawn_merger;
+    use kubelet_podconfig::api::ApiSource;
+    use kubelet_podconfig::spawn_merger;
     use kubelet_test_util::Cluster;
     use kubelet_types::Source;
 
@@ -206,7 +206,7 @@ mod tests {
             ApiSource {
                 client: client.clone(),
                 node_name: "n1".into(),
-                mirror: mirror.clone(),
+                mirror: Arc::new(mirror.clone()),
             }
             .run(tx, stop.clone()),
         );

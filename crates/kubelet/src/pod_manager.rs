@@ -48,6 +48,12 @@ impl Manager for PodManager {
     }
 }
 
+impl kubelet_podconfig::MirrorPodSink for PodManager {
+    fn set_mirror_pods(&self, pods: HashMap<String, Pod>) {
+        PodManager::set_mirror_pods(self, pods);
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     pods: HashMap<String, Arc<Pod>>,

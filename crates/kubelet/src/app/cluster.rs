@@ -23,10 +23,10 @@ use tracing::{info, info_span};
 use super::{AppError, notify_ready, spawn_in};
 use crate::mirror::MirrorManager;
 use crate::pod_manager::PodManager;
-use crate::podconfig::SourcesReady;
 use crate::runtime_state::RuntimeState;
 use crate::status::StatusManager;
 use crate::status::sync::StatusSync;
+use kubelet_podconfig::SourcesReady;
 
 /// The apiserver side of a kubelet in cluster mode.
 pub(super) struct Cluster {

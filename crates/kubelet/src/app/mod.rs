@@ -23,11 +23,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::pod_manager::PodManager;
-use crate::podconfig::file::ManifestErrors;
-use crate::podconfig::http::HttpSource;
 use crate::runtime_state::RuntimeState;
 use crate::status::StatusManager;
 use cluster::Cluster;
+use kubelet_podconfig::file::ManifestErrors;
+use kubelet_podconfig::http::HttpSource;
 
 /// Errors that stop the kubelet from starting.
 #[derive(Debug, thiserror::Error)]

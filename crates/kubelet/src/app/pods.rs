@@ -22,13 +22,13 @@ use super::spawn_in;
 use crate::pod_manager::PodManager;
 use crate::pod_sync::RuntimePodSyncer;
 use crate::pod_workers::{AsyncPodWorkers, WorkQueue};
-use crate::podconfig::api::ApiSource;
-use crate::podconfig::file::{FileSource, ManifestErrors};
-use crate::podconfig::http::HttpSource;
-use crate::podconfig::{SourcesReady, spawn_merger};
 use crate::runtime_state::{HealthCheck, RuntimeState};
 use crate::status::StatusManager;
 use crate::sync_loop::{Heartbeat, SyncLoop};
+use kubelet_podconfig::api::ApiSource;
+use kubelet_podconfig::file::{FileSource, ManifestErrors};
+use kubelet_podconfig::http::HttpSource;
+use kubelet_podconfig::{SourcesReady, spawn_merger};
 
 /// The configured pod sources.
 pub(super) struct Sources {
@@ -64,7 +64,7 @@ impl Sources {
         let api = cluster.map(|c| ApiSource {
             client: c.client.clone(),
             node_name: cfg.node_name.clone(),
-            mirror: pods.clone(),
+            mirror: Arc::new(pods.clone()),
         });
         Self {
             file,

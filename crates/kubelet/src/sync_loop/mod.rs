@@ -25,8 +25,8 @@ use tracing::{debug, info};
 use crate::lifecycle::{admit, rejected_status};
 use crate::pod_manager::Manager;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
-use crate::podconfig::SourcesReady;
 use crate::status::StatusManager;
+use kubelet_podconfig::SourcesReady;
 
 /// Upstream sync tick.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);

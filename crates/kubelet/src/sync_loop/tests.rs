@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 use super::*;
 use crate::host::KubeletHost;
 use crate::pod_manager::PodManager;
-use crate::podconfig::SourcesReady;
 use crate::status::StatusManager;
+use kubelet_podconfig::SourcesReady;
 
 #[derive(Default)]
 struct FakePleg {

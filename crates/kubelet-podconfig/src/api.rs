@@ -5,7 +5,8 @@
 //! (upstream `UndeltaStore`).
 //!
 //! Mirror pods are bound to the node too, but they are the apiserver's view of
-//! static pods, never pods to run: they go to the [`PodManager`] as mirror pods instead.
+//! static pods, never pods to run: they go to a [`MirrorPodSink`] (the agent's
+//! pod manager) instead.
 
 use std::collections::HashMap;
 
@@ -19,7 +20,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{SourceSender, SourceUpdate};
-use crate::pod_manager::PodManager;
+
+/// Where the apiserver source puts the mirror pods it sees, by pod full name
+/// (upstream: the pod manager's mirror pods).
+pub trait MirrorPodSink: Send + Sync + 'static {
+    /// Replaces the set of mirror pods.
+    fn set_mirror_pods(&self, pods: HashMap<String, Pod>);
+}
 
 /// Whether a pod object is a mirror pod.
 pub fn is_mirror(p: &Pod) -> bool {
@@ -36,7 +43,7 @@ pub struct ApiSource {
     /// Node name.
     pub node_name: String,
     /// Where mirror pods go.
-    pub mirror: PodManager,
+    pub mirror: std::sync::Arc<dyn MirrorPodSink>,
 }
 
 impl ApiSource {
@@ -117,12 +124,28 @@ impl ApiSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::podconfig::spawn_merger;
+    use crate::spawn_merger;
     use kube::api::PostParams;
     use kubelet_test_util::Cluster;
     use kubelet_types::{PodOperation, PodUpdate};
     use std::time::Duration;
     use tokio::sync::mpsc;
+
+    /// Mirror pods as the agent's pod manager would keep them.
+    #[derive(Default)]
+    struct Mirrors(parking_lot::Mutex<HashMap<String, Pod>>);
+
+    impl MirrorPodSink for Mirrors {
+        fn set_mirror_pods(&self, pods: HashMap<String, Pod>) {
+            *self.0.lock() = pods;
+        }
+    }
+
+    impl Mirrors {
+        fn get_mirror_pod_by_full_name(&self, full_name: &str) -> Option<Pod> {
+            self.0.lock().get(full_name).cloned()
+        }
+    }
 
     fn pod(name: &str, node: &str, mirror: bool) -> Pod {
         let mut p: Pod = serde_json::from_value(serde_json::json!({
@@ -161,15 +184,15 @@ mod tests {
         stop: &CancellationToken,
     ) -> (
         mpsc::Receiver<PodUpdate>,
-        std::sync::Arc<crate::podconfig::SourcesReady>,
-        PodManager,
+        std::sync::Arc<crate::SourcesReady>,
+        std::sync::Arc<Mirrors>,
     ) {
         let (tx, rx, ready) = spawn_merger(
             &tokio_util::task::TaskTracker::new(),
             &[Source::Api],
             stop.clone(),
         );
-        let mirror = PodManager::default();
+        let mirror = std::sync::Arc::new(Mirrors::default());
         let src = ApiSource {
             client: c.node_client("n1").await,
             node_name: "n1".into(),
@@ -327,7 +350,7 @@ mod tests {
             ApiSource {
                 client: client.clone(),
                 node_name: "n1".into(),
-                mirror: PodManager::default(),
+                mirror: std::sync::Arc::new(Mirrors::default()),
             }
             .run(tx, stop.clone()),
         );

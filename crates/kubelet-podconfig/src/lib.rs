@@ -1,5 +1,5 @@
 //! Pod configuration sources merged into one stream of pod updates
-//! (upstream `pkg/kubelet/config`).
+//! (upstream `pkg/kubelet/config`, `PodConfig`).
 //!
 //! Each source ([`file`], [`http`], and the apiserver in cluster mode) sends
 //! complete snapshots of its pods ([`SourceUpdate`], a SET). One merger task
@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use tracing::debug;
 
+pub use api::MirrorPodSink;
 pub use manifest::{ManifestError, parse_pod_document, parse_pods_document};
 pub use storage::PodStorage;
 

@@ -237,13 +237,13 @@ mod tests {
     #[tokio::test]
     async fn merger_task_marks_sources_seen() {
         let stop = tokio_util::sync::CancellationToken::new();
-        let (tx, mut rx, ready) = super::super::spawn_merger(
+        let (tx, mut rx, ready) = crate::spawn_merger(
             &tokio_util::task::TaskTracker::new(),
             &[Source::File, Source::Http],
             stop.clone(),
         );
         assert!(!ready.all_ready());
-        tx.send(super::super::SourceUpdate {
+        tx.send(crate::SourceUpdate {
             source: Source::File,
             pods: vec![p("a", "1", "i:1")],
         })
@@ -252,7 +252,7 @@ mod tests {
         let u = rx.recv().await.expect("update");
         assert_eq!(u.op, PodOperation::Add);
         assert!(!ready.all_ready(), "http not seen yet");
-        tx.send(super::super::SourceUpdate {
+        tx.send(crate::SourceUpdate {
             source: Source::Http,
             pods: vec![],
         })
