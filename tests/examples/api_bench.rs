@@ -58,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
         .kill_on_drop(true)
         .spawn()
         .context("start kubelet-rs")?;
-    let admin = kubelet::kubeclient::from_kubeconfig(&admin_conf, 1000.0, 1000)
+    let admin = kubelet_client::from_kubeconfig(&admin_conf, 1000.0, 1000)
         .await?
         .0;
     let deadline = Instant::now() + Duration::from_secs(60);
