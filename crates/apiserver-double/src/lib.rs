@@ -7,7 +7,10 @@
 //!   revision older than the kept history ([`store`]);
 //! - create/get/update/patch/delete with `resourceVersion` and `uid`
 //!   preconditions, JSON merge, strategic merge and JSON patch ([`patch`]),
-//!   status subresources, graceful pod deletion, pod defaults on create;
+//!   status subresources, graceful pod deletion;
+//! - pods decoded, defaulted and validated by the double's own ports of the
+//!   apiserver's code ([`defaults`], [`validation`], [`quantity`]), with the
+//!   QoS class set on create ([`qos`]), never by the kubelet's;
 //! - Node, Pod, Lease, Event, CSR (with the kubelet client auto-approver and
 //!   signer, [`csr`]), TokenReview; 401 for unknown credentials, 403 from
 //!   RBAC-like rules and NodeRestriction ([`auth`]);
@@ -19,10 +22,16 @@
 
 pub mod auth;
 pub mod csr;
+pub mod defaults;
+pub mod field;
 pub mod patch;
 pub mod pki;
+pub mod pod;
+pub mod qos;
+pub mod quantity;
 pub mod rest;
 pub mod store;
+pub mod validation;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,0 +1,414 @@
+//! Writes: create, update, patch and delete with the generic registry's
+//! rules (upstream `apiserver/pkg/endpoints/handlers/{create,update,patch,delete}.go`
+//! and `registry/generic/registry/store.go`): preconditions, status
+//! subresources, graceful deletion, and the pod strategy ([`crate::pod`]).
+
+use super::*;
+
+fn parse_object(body: &[u8]) -> Result<Value, Response<Body>> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| {
+            status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the body must be a JSON object",
+            )
+        })
+}
+
+fn invalid(t: &Target, name: &str, msg: &str) -> Response<Body> {
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        &format!("{} \"{name}\" is invalid: {msg}", t.kind.kind),
+    )
+}
+
+pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -> Response<Body> {
+    let mut obj = match parse_object(body) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    if t.kind.resource == "tokenreviews" {
+        let token = obj
+            .pointer("/spec/token")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let user = shared.tokens.read().get(token).cloned();
+        obj["status"] = match user {
+            Some(u) => {
+                json!({"authenticated": true, "user": {"username": u.user, "groups": u.groups}})
+            }
+            None => json!({"authenticated": false}),
+        };
+        return respond(StatusCode::CREATED, &with_type(t.kind, obj));
+    }
+    let mut name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() {
+        let Some(prefix) = obj
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+        else {
+            return invalid(
+                t,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            );
+        };
+        let suffix: String = (0..5)
+            .map(|_| char::from(b"bcdfghjklmnpqrstvwxz2456789"[rand::random_range(0..27)]))
+            .collect();
+        name = format!("{prefix}{suffix}");
+    }
+    if t.kind.namespaced && t.namespace.is_empty() {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    }
+    if let Some(node) = who.node_name()
+        && t.kind.resource == "pods"
+    {
+        // NodeRestriction: a node may create only mirror pods bound to itself.
+        let mirror = obj
+            .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+            .is_some();
+        let bound = obj.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node);
+        if !mirror || !bound {
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "pods \"{name}\" is forbidden: pod does not have \"kubernetes.io/config.mirror\" annotation, node \"{node}\" can only create mirror pods"
+                ),
+            );
+        }
+    }
+    let k = key(t, &name);
+    let mut store = shared.store.lock();
+    if store.get(&k).is_some() {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("{} \"{name}\" already exists", group_resource(t.kind)),
+        );
+    }
+    let meta = obj["metadata"]
+        .as_object_mut()
+        .map(std::mem::take)
+        .unwrap_or_default();
+    let mut meta = Value::Object(meta);
+    meta["name"] = json!(name);
+    if t.kind.namespaced {
+        meta["namespace"] = json!(t.namespace);
+    }
+    meta["uid"] = json!(new_uid());
+    meta["creationTimestamp"] = json!(now());
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+    }
+    obj["metadata"] = meta;
+    match t.kind.resource {
+        "pods" => {
+            if let Err(r) = pod_on_create(t, &name, &mut obj) {
+                return r;
+            }
+        }
+        "certificatesigningrequests" => {
+            obj["spec"]["username"] = json!(who.user);
+            obj["spec"]["groups"] = json!(who.groups);
+            obj["status"] = json!({});
+            csr::auto_approve(shared, &mut obj);
+        }
+        "nodes" => {
+            obj.as_object_mut()
+                .map(|o| o.entry("status").or_insert(json!({})));
+        }
+        _ => {}
+    }
+    let stored = store.put(k, obj);
+    respond(StatusCode::CREATED, &with_type(t.kind, stored))
+}
+
+fn pod_on_create(t: &Target, name: &str, obj: &mut Value) -> Result<(), Response<Body>> {
+    crate::pod::on_create(obj).map_err(|e| match e {
+        crate::pod::Rejected::Decode(m) => status(StatusCode::BAD_REQUEST, "BadRequest", &m),
+        crate::pod::Rejected::Invalid(errs) => invalid_fields(t, name, &errs),
+    })
+}
+
+/// A 422 `Status` listing field errors, as upstream `errors.NewInvalid`.
+fn invalid_fields(
+    t: &Target,
+    name: &str,
+    errs: &[crate::validation::FieldError],
+) -> Response<Body> {
+    let code = StatusCode::UNPROCESSABLE_ENTITY;
+    respond(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{} \"{name}\" is invalid: {}", t.kind.kind, crate::validation::aggregate(errs)),
+            "reason": "Invalid",
+            "details": {"name": name, "kind": t.kind.kind, "causes": crate::validation::causes(errs)},
+            "code": code.as_u16()}),
+    )
+}
+
+/// Pods written by update or patch are decoded and defaulted again, as
+/// every write through the apiserver's codec is.
+fn pod_on_write(t: &Target, new: &mut Value, patched: bool) -> Result<(), Response<Body>> {
+    if t.kind.resource != "pods" {
+        return Ok(());
+    }
+    crate::pod::on_update(new).map_err(|m| {
+        if patched {
+            // A patch that leaves an undecodable object (upstream patch.go).
+            status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(
+                    " \"\" is invalid: patch: Invalid value: {:?}: {m}",
+                    new.to_string()
+                ),
+            )
+        } else {
+            status(StatusCode::BAD_REQUEST, "BadRequest", &m)
+        }
+    })
+}
+
+/// Checks `metadata.uid` / `metadata.resourceVersion` given in a write against the stored object.
+fn preconditions(
+    t: &Target,
+    stored: &Value,
+    uid: Option<&str>,
+    rv: Option<&str>,
+) -> Result<(), Response<Body>> {
+    let s_uid = stored
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if let Some(u) = uid.filter(|u| !u.is_empty())
+        && u != s_uid
+    {
+        return Err(status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on {} \"{}\": Precondition failed: UID in precondition: {u}, UID in object meta: {s_uid}",
+                group_resource(t.kind),
+                t.name
+            ),
+        ));
+    }
+    let s_rv = stored
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if let Some(r) = rv.filter(|r| !r.is_empty())
+        && r != s_rv
+    {
+        return Err(conflict(t));
+    }
+    Ok(())
+}
+
+/// Keeps what a write through `sub` may not change.
+fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
+    let has_status = matches!(
+        t.kind.resource,
+        "pods" | "nodes" | "certificatesigningrequests"
+    );
+    match t.sub.as_str() {
+        "status" | "approval" => {
+            let mut out = old.clone();
+            if t.sub == "approval" {
+                out["status"]["conditions"] = new
+                    .pointer("/status/conditions")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+            } else {
+                out["status"] = new["status"].take();
+            }
+            out
+        }
+        _ => {
+            if has_status {
+                new["status"] = old["status"].clone();
+            }
+            // Identity fields never change.
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "name",
+                "namespace",
+                "deletionTimestamp",
+            ] {
+                match old["metadata"].get(f) {
+                    Some(v) => new["metadata"][f] = v.clone(),
+                    None => {
+                        if let Some(m) = new["metadata"].as_object_mut() {
+                            m.remove(f);
+                        }
+                    }
+                }
+            }
+            new
+        }
+    }
+}
+
+fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) -> Response<Body> {
+    let mut new = new;
+    if t.kind.resource == "certificatesigningrequests" && t.sub == "approval" {
+        csr::sign_if_approved(shared, &mut new);
+    }
+    if new == *old {
+        // A no-op write keeps the resourceVersion and sends no event.
+        return respond(StatusCode::OK, &with_type(t.kind, new));
+    }
+    let stored = shared.store.lock().put(k, new);
+    respond(StatusCode::OK, &with_type(t.kind, stored))
+}
+
+pub(super) fn update(shared: &Shared, t: &Target, body: &[u8]) -> Response<Body> {
+    let obj = match parse_object(body) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    let k = key(t, &t.name);
+    let old = match shared.store.lock().get(&k).cloned() {
+        Some(o) => o,
+        None => return not_found(t),
+    };
+    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
+    let rv = obj
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if let Err(r) = preconditions(t, &old, uid, rv) {
+        return r;
+    }
+    let mut new = restrict(t, &old, obj);
+    new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    if let Err(r) = pod_on_write(t, &mut new, false) {
+        return r;
+    }
+    finish_write(shared, t, k, new, &old)
+}
+
+pub(super) fn patch(
+    shared: &Shared,
+    t: &Target,
+    content_type: &str,
+    body: &[u8],
+) -> Response<Body> {
+    let k = key(t, &t.name);
+    let old = match shared.store.lock().get(&k).cloned() {
+        Some(o) => o,
+        None => return not_found(t),
+    };
+    let patched = match crate::patch::apply(content_type, &old, body) {
+        Ok(p) => p,
+        Err(crate::patch::PatchError::UnsupportedMediaType) => {
+            return status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                &crate::patch::PatchError::UnsupportedMediaType.to_string(),
+            );
+        }
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+    };
+    let p: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let uid = p.pointer("/metadata/uid").and_then(Value::as_str);
+    let rv = p
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if let Err(r) = preconditions(t, &old, uid, rv) {
+        return r;
+    }
+    let mut new = restrict(t, &old, patched);
+    new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    if let Err(r) = pod_on_write(t, &mut new, true) {
+        return r;
+    }
+    finish_write(shared, t, k, new, &old)
+}
+
+pub(super) fn delete(
+    shared: &Shared,
+    t: &Target,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Response<Body> {
+    let opts: Value = serde_json::from_slice(body).unwrap_or(json!({}));
+    let grace = q
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+        .or_else(|| opts.get("gracePeriodSeconds").and_then(Value::as_i64));
+    let k = key(t, &t.name);
+    let mut store = shared.store.lock();
+    let Some(old) = store.get(&k).cloned() else {
+        return not_found(t);
+    };
+    let uid = opts.pointer("/preconditions/uid").and_then(Value::as_str);
+    let rv = opts
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str);
+    if let Err(r) = preconditions(t, &old, uid, rv) {
+        return r;
+    }
+    let has_finalizers = old
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    // Pods bound to a node terminate gracefully: the kubelet confirms with grace 0.
+    let graceful = if t.kind.resource == "pods" {
+        let bound = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            old.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        let default = old
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        let g = grace.unwrap_or(default).max(0);
+        let current = old
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
+        (bound && !finished && g > 0)
+            .then_some(g)
+            .map(|g| current.map_or(g, |c| c.min(g)))
+    } else {
+        None
+    };
+    if graceful.is_none() && !has_finalizers {
+        let gone = store.delete(&k).unwrap_or(old);
+        return respond(StatusCode::OK, &with_type(t.kind, gone));
+    }
+    let mut new = old.clone();
+    let g = graceful.unwrap_or(0);
+    if new.pointer("/metadata/deletionTimestamp").is_none() || graceful.is_some() {
+        let at = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(g))
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        new["metadata"]["deletionTimestamp"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        new["metadata"]["deletionGracePeriodSeconds"] = json!(g);
+    }
+    if new == old {
+        return respond(StatusCode::OK, &with_type(t.kind, old));
+    }
+    let stored = store.put(k, new);
+    respond(StatusCode::OK, &with_type(t.kind, stored))
+}
