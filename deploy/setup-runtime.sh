@@ -7,6 +7,12 @@
 #
 #   sudo deploy/setup-runtime.sh          # set up (or repair) the node
 #   deploy/setup-runtime.sh --check       # exit non-zero with a reason if anything is missing
+#
+# The CNI bridge is added only when the node has no network of its own: if
+# the CNI config directory holds any other network configuration, it is left
+# alone (two bridges on one subnet make the host route pod IPs to the wrong
+# one). KUBELET_RS_CNI_DIR overrides that directory (default /etc/cni/net.d),
+# for tests; sourcing this file defines its functions without running it.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,6 +23,8 @@ LOGDIR=/var/log/kubelet-rs
 BUSYBOX_TAGS=(1.35 latest)
 PAUSE_TAG=3.9
 PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static)
+CNI_DIR="${KUBELET_RS_CNI_DIR:-/etc/cni/net.d}"
+CNI_FILE=10-kubelet-rs-bridge.conflist
 
 log() { printf 'setup-runtime: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -35,6 +43,41 @@ check() {
   fi
   return $bad
 }
+
+# Installs the kubelet-rs bridge network into CNI config directory $1 unless
+# the directory already holds another network configuration (any file
+# containerd's CNI loader reads: *.conf, *.conflist, *.json), which is then
+# left untouched. Our own file is rewritten, or removed when another network
+# has appeared since, so that only one network is ever configured.
+install_cni() {
+  local dir=$1 f
+  local others=()
+  mkdir -p "$dir"
+  for f in "$dir"/*.conf "$dir"/*.conflist "$dir"/*.json; do
+    [ -e "$f" ] || continue
+    [ "$(basename "$f")" = "$CNI_FILE" ] && continue
+    others+=("$f")
+  done
+  if [ ${#others[@]} -gt 0 ]; then
+    log "CNI: $dir already holds a network configuration (${others[*]}); leaving it alone, no kubelet-rs bridge added"
+    if [ -e "$dir/$CNI_FILE" ]; then
+      rm -f "$dir/$CNI_FILE"
+      log "CNI: removed our earlier $dir/$CNI_FILE so that only that network is configured"
+    fi
+    return 0
+  fi
+  if cmp -s "$here/cni/$CNI_FILE" "$dir/$CNI_FILE"; then
+    log "CNI: $dir/$CNI_FILE is up to date"
+  else
+    install -m 0644 "$here/cni/$CNI_FILE" "$dir/$CNI_FILE"
+    log "CNI: wrote $dir/$CNI_FILE (bridge kubeletrs0, 10.88.0.0/16)"
+  fi
+}
+
+# Sourced, as by a test: define the functions only.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+  return 0
+fi
 
 if [ "${1:-}" = "--check" ]; then
   check && log "runtime ready"
@@ -55,9 +98,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# 2. CNI: one bridge network, no masquerading (traffic stays on the node).
-mkdir -p /etc/cni/net.d
-install -m 0644 "$here/cni/10-kubelet-rs-bridge.conflist" /etc/cni/net.d/10-kubelet-rs-bridge.conflist
+# 2. CNI: one bridge network, no masquerading (traffic stays on the node),
+#    unless the node already has a network.
+install_cni "$CNI_DIR"
 
 # 3. containerd config: the default plus deploy/containerd/kubelet-rs.toml.
 mkdir -p /etc/containerd
