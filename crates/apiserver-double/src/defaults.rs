@@ -42,7 +42,8 @@ pub fn decode_quantities(pod: &mut Pod) -> Result<(), QuantityError> {
     }
     all.extend(others);
     for q in all {
-        *q = ApiQuantity(Quantity::parse(&q.0)?.to_string());
+        // The JSON decoder trims surrounding space before parsing (`Quantity.UnmarshalJSON`).
+        *q = ApiQuantity(Quantity::parse(q.0.trim())?.to_string());
     }
     Ok(())
 }
@@ -577,6 +578,24 @@ mod tests {
             ready.grpc.as_ref().and_then(|g| g.service.as_deref()),
             Some("")
         );
+    }
+
+    #[test]
+    fn quantities_are_trimmed_and_rewritten_on_decode() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i:1",
+                "resources": {"limits": {"cpu": " 0.5 ", "memory": 1024}}}]}
+        }))
+        .expect("pod");
+        decode_quantities(&mut pod).expect("decodes");
+        let limits = pod.spec.expect("spec").containers[0]
+            .resources
+            .clone()
+            .and_then(|r| r.limits)
+            .expect("limits");
+        assert_eq!(limits["cpu"].0, "500m");
+        assert_eq!(limits["memory"].0, "1024");
     }
 
     #[test]
