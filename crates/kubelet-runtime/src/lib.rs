@@ -17,9 +17,11 @@ pub mod labels;
 mod manager;
 pub mod pleg;
 pub mod pod_status;
-pub mod quantity;
 mod sandbox;
 mod termination;
+
+/// Resource quantities; moved to [`kubelet_types::quantity`] and re-exported here.
+pub use kubelet_types::quantity;
 
 pub use error::{Error, Result};
 pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};

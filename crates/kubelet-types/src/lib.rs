@@ -5,11 +5,14 @@
 //! `pkg/kubelet/container/helpers.go` (container hashing, restart rules).
 
 pub mod defaults;
+mod error;
 pub mod events;
 pub mod labels;
 pub mod pod;
 pub mod pod_update;
+pub mod quantity;
 
+pub use error::{Error, Result};
 pub use pod_update::{PodOperation, PodUpdate, Source};
 
 /// The Kubernetes release whose kubelet behaviour and API types kubelet-rs implements.
