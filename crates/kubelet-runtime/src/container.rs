@@ -12,7 +12,9 @@ use crate::expansion::expand;
 use crate::labels;
 use crate::manager::RuntimeConfig;
 use crate::quantity::{parse_bytes, parse_milli_cpu};
-use crate::sandbox::{namespace_options, qos_class, seccomp};
+use crate::sandbox::{namespace_options, seccomp};
+use kubelet_types::qos::{QosClass, pod_qos};
+use kubelet_types::quantity::Quantity;
 
 /// Paths masked in non-privileged containers (upstream `securitycontext` defaults).
 const MASKED_PATHS: &[&str] = &[
@@ -50,17 +52,17 @@ fn milli_cpu_to_shares(milli: i64) -> i64 {
 
 /// OOM score adjustment by QoS (upstream `qos.GetContainerOOMScoreAdjust`).
 fn oom_score_adj(p: &Pod, c: &Container, machine_memory: i64) -> i64 {
-    match qos_class(p) {
-        "Guaranteed" => -997,
-        "BestEffort" => 1000,
-        _ => {
+    match pod_qos(p) {
+        QosClass::Guaranteed => -997,
+        QosClass::BestEffort => 1000,
+        QosClass::Burstable => {
             let req = c
                 .resources
                 .as_ref()
                 .and_then(|r| r.requests.as_ref())
                 .and_then(|r| r.get("memory"))
-                .and_then(|q| parse_bytes(&q.0))
-                .unwrap_or(0);
+                .and_then(|q| Quantity::from_api(q).ok())
+                .map_or(0, |q| q.value());
             if machine_memory <= 0 {
                 return 999;
             }

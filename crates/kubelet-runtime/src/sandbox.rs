@@ -9,7 +9,7 @@ use kubelet_types::pod;
 
 use crate::labels;
 use crate::manager::RuntimeConfig;
-use crate::quantity::{parse_bytes, parse_milli_cpu};
+use kubelet_types::qos::{QosClass, pod_qos};
 
 /// Upstream `kubecontainer.BuildPodLogsDirectory`: `<podLogsDir>/<ns>_<name>_<uid>`.
 pub(crate) fn pod_logs_dir(root: &Path, p: &Pod) -> std::path::PathBuf {
@@ -21,57 +21,31 @@ pub(crate) fn pod_logs_dir(root: &Path, p: &Pod) -> std::path::PathBuf {
     ))
 }
 
-/// QoS class as the apiserver computes it (upstream `qos.GetPodQOS`).
+/// The pod's QoS class name (upstream `qos.GetPodQOS`, see [`kubelet_types::qos`]).
 pub fn qos_class(p: &Pod) -> &'static str {
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in pod::containers(p).iter().chain(pod::init_containers(p)) {
-        let res = c.resources.as_ref();
-        let req = res.and_then(|r| r.requests.as_ref());
-        let lim = res.and_then(|r| r.limits.as_ref());
-        for name in ["cpu", "memory"] {
-            let r = req.and_then(|m| m.get(name)).map(|q| q.0.as_str());
-            let l = lim.and_then(|m| m.get(name)).map(|q| q.0.as_str());
-            if r.is_some() || l.is_some() {
-                any = true;
-            }
-            let same = match (r, l) {
-                (_, None) => false,
-                (None, Some(_)) => true,
-                (Some(r), Some(l)) => {
-                    let parse = if name == "cpu" {
-                        parse_milli_cpu
-                    } else {
-                        parse_bytes
-                    };
-                    parse(r) == parse(l)
-                }
-            };
-            guaranteed &= same;
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
-    }
+    pod_qos(p).as_str()
 }
 
 /// The pod's cgroup parent under `cgroupRoot`, in the driver's syntax.
 pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
     let uid = pod::uid(p);
-    let qos = qos_class(p);
+    // Guaranteed pods sit directly under kubepods; the others under their class.
+    let qos = match pod_qos(p) {
+        QosClass::Guaranteed => None,
+        QosClass::Burstable => Some("burstable"),
+        QosClass::BestEffort => Some("besteffort"),
+    };
     if cfg.cgroup_driver == "systemd" {
         let uid = uid.replace('-', "_");
         return match qos {
-            "Guaranteed" => format!("kubepods-pod{uid}.slice"),
-            q => format!("kubepods-{}-pod{uid}.slice", q.to_lowercase()),
+            None => format!("kubepods-pod{uid}.slice"),
+            Some(q) => format!("kubepods-{q}-pod{uid}.slice"),
         };
     }
     let root = cfg.cgroup_root.trim_end_matches('/');
     match qos {
-        "Guaranteed" => format!("{root}/kubepods/pod{uid}"),
-        q => format!("{root}/kubepods/{}/pod{uid}", q.to_lowercase()),
+        None => format!("{root}/kubepods/pod{uid}"),
+        Some(q) => format!("{root}/kubepods/{q}/pod{uid}"),
     }
 }
 
@@ -358,6 +332,11 @@ mod tests {
         let b = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}));
         assert_eq!(qos_class(&b), "Burstable");
+        // Upstream ignores zero quantities: this pod is BestEffort, not Burstable.
+        let zero = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "0"}}}]}}));
+        assert_eq!(qos_class(&zero), "BestEffort");
+        assert_eq!(cgroup_parent(&cfg(), &zero), "/kubepods/besteffort/podu");
     }
 
     #[test]

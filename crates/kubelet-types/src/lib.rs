@@ -10,6 +10,7 @@ pub mod events;
 pub mod labels;
 pub mod pod;
 pub mod pod_update;
+pub mod qos;
 pub mod quantity;
 
 pub use error::{Error, Result};

@@ -349,6 +349,20 @@ impl Quantity {
         self.scaled_value(-3)
     }
 
+    /// Rounded up (away from zero) to a whole thousandth, as upstream
+    /// `RoundUp(resource.Milli)`, the apiserver's `SetDefaults_ResourceList`.
+    #[must_use]
+    pub fn round_up_milli(self) -> Self {
+        let step = 1_000_000;
+        let rem = self.nanos % step;
+        let nanos = if rem == 0 {
+            self.nanos
+        } else {
+            (self.nanos - rem).saturating_add(step * self.nanos.signum())
+        };
+        Self { nanos, ..self }
+    }
+
     /// Adds `other`; a zero left side takes `other`'s format (upstream `Add`).
     /// Saturates far beyond any real resource amount.
     #[must_use]
