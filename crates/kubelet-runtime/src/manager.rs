@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use cri::{ImageService, RuntimeService, pb};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use kubelet_types::{labels, pod};
+use kubelet_types::{CgroupDriver, labels, pod};
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
@@ -37,8 +37,8 @@ pub struct RuntimeConfig {
     pub cluster_domain: String,
     /// `resolvConf` ("" disables host DNS inheritance).
     pub resolv_conf: String,
-    /// `cgroupDriver`: `cgroupfs` or `systemd`.
-    pub cgroup_driver: String,
+    /// `cgroupDriver`.
+    pub cgroup_driver: CgroupDriver,
     /// `cgroupRoot` (default `/`).
     pub cgroup_root: String,
     /// Node memory, for Burstable OOM score adjustment.
@@ -55,7 +55,7 @@ impl Default for RuntimeConfig {
             cluster_dns: vec![],
             cluster_domain: String::new(),
             resolv_conf: "/etc/resolv.conf".into(),
-            cgroup_driver: "cgroupfs".into(),
+            cgroup_driver: CgroupDriver::Cgroupfs,
             cgroup_root: "/".into(),
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
@@ -605,7 +605,7 @@ impl KubeRuntimeManager {
                 Err(e) => return Err(e.into()),
             }
         }
-        if self.cfg.cgroup_driver == "cgroupfs" {
+        if self.cfg.cgroup_driver == CgroupDriver::Cgroupfs {
             crate::cgroups::remove_pod_cgroups(
                 Path::new("/sys/fs/cgroup"),
                 &self.cfg.cgroup_root,

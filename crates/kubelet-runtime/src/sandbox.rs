@@ -9,6 +9,7 @@ use kubelet_types::pod;
 
 use crate::labels;
 use crate::manager::RuntimeConfig;
+use kubelet_types::CgroupDriver;
 use kubelet_types::qos::{QosClass, pod_qos};
 
 /// Upstream `kubecontainer.BuildPodLogsDirectory`: `<podLogsDir>/<ns>_<name>_<uid>`.
@@ -35,7 +36,7 @@ pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
         QosClass::Burstable => Some("burstable"),
         QosClass::BestEffort => Some("besteffort"),
     };
-    if cfg.cgroup_driver == "systemd" {
+    if cfg.cgroup_driver == CgroupDriver::Systemd {
         let uid = uid.replace('-', "_");
         return match qos {
             None => format!("kubepods-pod{uid}.slice"),
@@ -327,7 +328,7 @@ mod tests {
             "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "64Mi"}}}]}}));
         assert_eq!(qos_class(&g), "Guaranteed");
         let mut sd = cfg();
-        sd.cgroup_driver = "systemd".into();
+        sd.cgroup_driver = kubelet_types::CgroupDriver::Systemd;
         assert_eq!(cgroup_parent(&sd, &g), "kubepods-podu_1.slice");
         let b = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}));

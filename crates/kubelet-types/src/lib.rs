@@ -2,9 +2,11 @@
 //!
 //! Upstream counterparts: `pkg/kubelet/types` (pod updates, sources,
 //! annotations), `pkg/kubelet/config/common.go` (static pod defaulting) and
-//! `pkg/kubelet/container/helpers.go` (container hashing, restart rules).
+//! `pkg/kubelet/container/helpers.go` (container hashing, restart rules),
+//! `resource.Quantity` and `GetPodQOS` (exact quantities, QoS classes).
 
 pub mod defaults;
+mod enums;
 mod error;
 pub mod events;
 pub mod labels;
@@ -13,6 +15,7 @@ pub mod pod_update;
 pub mod qos;
 pub mod quantity;
 
+pub use enums::{CgroupDriver, PodPhase, ProbeResult};
 pub use error::{Error, Result};
 pub use pod_update::{PodOperation, PodUpdate, Source};
 
