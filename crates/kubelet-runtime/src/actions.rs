@@ -4,7 +4,9 @@
 //! desired pod and observed status always give the same actions.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::hash::{self, HashCheck};
 use kubelet_types::pod::{self, RestartPolicy};
+use tracing::debug;
 
 use crate::pod_status::{ContainerState, ContainerStatus, PodStatus};
 
@@ -180,8 +182,12 @@ pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
             }
             continue;
         };
-        let expected = pod::container_hash(c);
-        if s.hash != expected {
+        let check = hash::check(c, &s.hash, s.hash_version.as_deref());
+        if check == HashCheck::Adopted {
+            debug!(container = %c.name, container.id = %s.id, hash = %s.hash,
+                version = ?s.hash_version, "Adopting a container hashed by another algorithm");
+        }
+        if check == HashCheck::Changed {
             a.containers_to_start.push(i);
             a.containers_to_kill.push(ContainerToKill {
                 id: s.id.clone(),
@@ -250,6 +256,7 @@ mod tests {
             image: String::new(),
             image_ref: String::new(),
             hash: pod::container_hash(&spec),
+            hash_version: None,
             restart_count: 0,
             reason: String::new(),
             message: String::new(),

@@ -42,7 +42,8 @@ pub fn container_labels(p: &Pod, c: &Container) -> HashMap<String, String> {
     ])
 }
 
-/// Container annotations: spec hash, restart count, termination settings, ports.
+/// Container annotations: spec hash and its version, restart count,
+/// termination settings, ports.
 pub fn container_annotations(
     p: &Pod,
     c: &Container,
@@ -50,6 +51,10 @@ pub fn container_annotations(
 ) -> HashMap<String, String> {
     let mut out = HashMap::from([
         (labels::CONTAINER_HASH.into(), pod::container_hash(c)),
+        (
+            labels::CONTAINER_HASH_VERSION.into(),
+            kubelet_types::hash::HASH_VERSION.into(),
+        ),
         (
             labels::CONTAINER_RESTART_COUNT.into(),
             restart_count.to_string(),

@@ -855,6 +855,158 @@ mod tests {
         assert!(!dir.path().join("default_p_uid-1").exists());
     }
 
+    const MUTATING: [&str; 5] = [
+        "RunPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "StopPodSandbox",
+    ];
+
+    fn mutations(fake: &FakeRuntime) -> Vec<&'static str> {
+        fake.calls()
+            .into_iter()
+            .filter(|c| MUTATING.contains(c))
+            .collect()
+    }
+
+    /// Runs `p`'s container as another kubelet left it: a sandbox and a running
+    /// container carrying exactly `annotations` (and upstream's labels).
+    async fn start_foreign(fake: &FakeRuntime, p: &Pod, annotations: &[(&str, &str)]) {
+        let cfg = RuntimeConfig::default();
+        let sb_cfg = sandbox_config(&cfg, p, 0);
+        let sb = fake
+            .run_pod_sandbox(sb_cfg.clone(), "")
+            .await
+            .expect("sandbox");
+        let c = &pod::containers(p)[0];
+        let cc = pb::ContainerConfig {
+            metadata: Some(pb::ContainerMetadata {
+                name: c.name.clone(),
+                attempt: 0,
+            }),
+            image: Some(pb::ImageSpec {
+                image: c.image.clone().unwrap_or_default(),
+                ..Default::default()
+            }),
+            labels: HashMap::from([
+                ("io.kubernetes.pod.name".into(), pod::name(p).into()),
+                (
+                    "io.kubernetes.pod.namespace".into(),
+                    pod::namespace(p).into(),
+                ),
+                ("io.kubernetes.pod.uid".into(), pod::uid(p).into()),
+                ("io.kubernetes.container.name".into(), c.name.clone()),
+            ]),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let id = fake
+            .create_container(&sb, cc, sb_cfg)
+            .await
+            .expect("create");
+        fake.start_container(&id).await.expect("start");
+    }
+
+    #[tokio::test]
+    async fn a_new_defaulted_field_restarts_nothing() {
+        let fake = FakeRuntime::new();
+        let dir = tempfile_dir();
+        let m = manager(&fake, dir.path());
+        let p = pod("Always");
+        let t = SystemTime::now();
+        let (s, _) = sync(&m, &p, t).await;
+        let before = s.containers[0].id.clone();
+        // The apiserver was upgraded and now defaults more fields of the spec.
+        let mut upgraded = p.clone();
+        kubelet_types::defaults::apply_api_defaults(&mut upgraded);
+        if let Some(c) = upgraded.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.liveness_probe = Some(k8s_openapi::api::core::v1::Probe {
+                period_seconds: Some(10),
+                ..Default::default()
+            });
+            c.stdin = Some(false);
+        }
+        fake.clear_calls();
+        let (s, r) = sync(&m, &upgraded, t).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(mutations(&fake), Vec::<&str>::new());
+        assert_eq!(s.containers[0].id, before);
+        // A new image still replaces the container.
+        if let Some(c) = upgraded.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.image = Some("reg/busybox:2".into());
+        }
+        let (_, r) = sync(&m, &upgraded, t).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(fake.call_count("StopContainer"), 1);
+    }
+
+    #[tokio::test]
+    async fn containers_hashed_by_another_kubelet_rs_version_are_adopted() {
+        for annotations in [
+            // A later kubelet-rs with another algorithm.
+            [
+                ("io.kubernetes.container.hash", "deadbeef"),
+                ("io.kubelet-rs.container.hashVersion", "2"),
+            ],
+            // kubelet-rs before hash versions: whole-spec SHA-256 prefix, no version.
+            [
+                ("io.kubernetes.container.hash", "0123456789abcdef"),
+                ("io.kubernetes.container.restartCount", "0"),
+            ],
+        ] {
+            let fake = FakeRuntime::new();
+            let dir = tempfile_dir();
+            let m = manager(&fake, dir.path());
+            let p = pod("Always");
+            start_foreign(&fake, &p, &annotations).await;
+            fake.clear_calls();
+            let (s, r) = sync(&m, &p, SystemTime::now()).await;
+            assert!(r.errors.is_empty(), "{:?}", r.errors);
+            assert_eq!(mutations(&fake), Vec::<&str>::new(), "{annotations:?}");
+            assert_eq!(s.live_containers().count(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn containers_an_upstream_1_31_kubelet_started_are_adopted() {
+        let fake = FakeRuntime::new();
+        let dir = tempfile_dir();
+        let m = manager(&fake, dir.path());
+        let p = pod("Always");
+        // Exactly what upstream 1.31+ writes for container "c", image "reg/busybox:1"
+        // (the hash computed independently: FNV-32a of the spew dump of
+        // {"image":"reg/busybox:1","name":"c"}).
+        let upstream = [
+            ("io.kubernetes.container.hash", "35b9bd23"),
+            ("io.kubernetes.container.restartCount", "0"),
+            (
+                "io.kubernetes.container.terminationMessagePath",
+                "/dev/termination-log",
+            ),
+            ("io.kubernetes.container.terminationMessagePolicy", "File"),
+            ("io.kubernetes.pod.terminationGracePeriod", "30"),
+            ("io.kubernetes.container.type", "container"),
+        ];
+        start_foreign(&fake, &p, &upstream).await;
+        fake.clear_calls();
+        let (s, r) = sync(&m, &p, SystemTime::now()).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(mutations(&fake), Vec::<&str>::new());
+        assert_eq!(s.live_containers().count(), 1);
+        // The same algorithm, so a real change is still seen.
+        let mut newer = p.clone();
+        if let Some(c) = newer.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.image = Some("reg/busybox:2".into());
+        }
+        let (_, r) = sync(&m, &newer, SystemTime::now()).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(fake.call_count("StopContainer"), 1);
+    }
+
     fn tempfile_dir() -> tempfile::TempDir {
         tempfile::tempdir().expect("tempdir")
     }

@@ -55,8 +55,11 @@ pub struct ContainerStatus {
     pub image: String,
     /// Image ID the runtime resolved.
     pub image_ref: String,
-    /// Hash of the spec this instance was created from.
+    /// Hash of the spec this instance was created from (`io.kubernetes.container.hash`).
     pub hash: String,
+    /// kubelet-rs' hash version annotation; `None` on containers from upstream
+    /// kubelets and from kubelet-rs before versions (see [`kubelet_types::hash::check`]).
+    pub hash_version: Option<String>,
     /// Restart count of this instance.
     pub restart_count: i32,
     /// Runtime's reason (`Completed`, `Error`, `OOMKilled`).
@@ -144,6 +147,7 @@ pub fn container_status_from_cri(s: &pb::ContainerStatus, sandbox_id: &str) -> C
             s.image_id.clone()
         },
         hash: ann(labels::CONTAINER_HASH),
+        hash_version: s.annotations.get(labels::CONTAINER_HASH_VERSION).cloned(),
         restart_count: ann(labels::CONTAINER_RESTART_COUNT).parse().unwrap_or(0),
         reason: s.reason.clone(),
         message: crate::termination::message(s).unwrap_or_else(|| s.message.clone()),

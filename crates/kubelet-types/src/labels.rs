@@ -12,6 +12,8 @@ pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
 /// Container annotation: hash of the container spec.
 pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Container annotation (kubelet-rs' own): the algorithm of `io.kubernetes.container.hash`.
+pub const CONTAINER_HASH_VERSION: &str = crate::hash::HASH_VERSION_ANNOTATION;
 /// Container annotation: restart count of this instance.
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 /// Container annotation: termination message path.

@@ -9,6 +9,7 @@ pub mod defaults;
 mod enums;
 mod error;
 pub mod events;
+pub mod hash;
 pub mod labels;
 pub mod pod;
 pub mod pod_update;

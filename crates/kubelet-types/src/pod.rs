@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use sha2::{Digest, Sha256};
 
 /// Upstream `minimumGracePeriodInSeconds`: no container is stopped faster than this.
 pub const MIN_GRACE_PERIOD: Duration = Duration::from_secs(2);
@@ -95,12 +94,10 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-/// Hash of a container's spec, stored on the container so a changed spec is
-/// noticed and the container replaced (upstream `HashContainer`).
+/// Hash of the container fields whose change restarts it, stored on the
+/// container (upstream 1.31+ `HashContainer`; see [`crate::hash`]).
 pub fn container_hash(container: &Container) -> String {
-    let json = serde_json::to_vec(container).unwrap_or_default();
-    let digest = Sha256::digest(&json);
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    crate::hash::container_hash(container)
 }
 
 /// Image pull policy, defaulted from the tag as the apiserver does: `Always` for
@@ -163,7 +160,10 @@ mod tests {
         };
         let mut b = a.clone();
         assert_eq!(container_hash(&a), container_hash(&b));
+        // Fix 4.5: as upstream 1.31+, only name and image restart a container.
         b.command = Some(vec!["sleep".into()]);
+        assert_eq!(container_hash(&a), container_hash(&b));
+        b.image = Some("busybox:1.37".into());
         assert_ne!(container_hash(&a), container_hash(&b));
     }
 }
