@@ -68,6 +68,9 @@ pub struct KubeletConfiguration {
 pub struct Logging {
     /// klog verbosity.
     pub verbosity: Option<u8>,
+    /// The rest (format, flushFrequency, vmodule, options), kept raw.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// Fields kubelet-rs knows from upstream but does not act on yet (no warning for these).
@@ -179,10 +182,17 @@ impl KubeletConfiguration {
                 ));
             }
         }
+        // Fields that an upstream flag sets are resolved into `settings`, not ignored.
+        let backs_a_flag = |k: &str| {
+            crate::flag_table::FLAGS
+                .iter()
+                .filter_map(|f| f.field)
+                .any(|f| f.split('.').next() == Some(k))
+        };
         let ignored = cfg
             .other
             .keys()
-            .filter(|k| !KNOWN_UNUSED.contains(&k.as_str()))
+            .filter(|k| !KNOWN_UNUSED.contains(&k.as_str()) && !backs_a_flag(k))
             .cloned()
             .collect();
         Ok((cfg, ignored))

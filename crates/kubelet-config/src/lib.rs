@@ -2,13 +2,22 @@
 //! `pkg/kubelet/apis/config`): flags and the `--config` file resolved into one
 //! typed [`KubeletConfig`] with upstream precedence (explicit flags > file >
 //! defaults, a zero value in the file meaning "default"), then validated.
-//! [`logs`] maps klog's `--v` onto tracing (upstream `component-base/logs`).
+//! Every flag an upstream kubelet 1.19..1.34 accepts is accepted
+//! ([`flag_table`]); those kubelet-rs does not act on are kept in
+//! [`KubeletConfig::settings`] / [`KubeletConfig::ignored_flags`] and warned
+//! about ([`flag_warnings`]). [`logs`] maps klog's `--v` onto tracing
+//! (upstream `component-base/logs`); [`lockfile`] is `--lock-file`
+//! (upstream `pkg/util/flock`).
 
 pub mod cluster;
 mod duration;
 mod file;
+pub mod flag_table;
 mod flags;
+pub mod lockfile;
 pub mod logs;
+mod settings;
+mod values;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -16,9 +25,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cluster::ClusterConfig;
-pub use duration::parse_go_duration;
-pub use file::{FileError, KubeletConfiguration};
-pub use flags::{Flags, deprecated_in_use};
+pub use duration::{GoDuration, parse_go_duration};
+pub use file::{FileError, KubeletConfiguration, Logging};
+pub use flags::{ExtraFlags, Flags, deprecated_in_use, normalize_args};
+pub use settings::{
+    FlagWarning, SettingValue, WarningCategory, flag_warnings, from_file, from_flag,
+};
+pub use values::ValueKind;
 
 /// Default CRI endpoint (containerd).
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -99,6 +112,17 @@ pub struct KubeletConfig {
     pub verbosity: u8,
     /// Cluster-mode settings.
     pub cluster: ClusterConfig,
+    /// `--lock-file`: held with an exclusive flock while the kubelet runs.
+    pub lock_file: Option<PathBuf>,
+    /// `--exit-on-lock-contention`: exit when another process opens the lock file.
+    pub exit_on_lock_contention: bool,
+    /// KubeletConfiguration fields kubelet-rs accepts but does not act on
+    /// yet, resolved flag over file: field path (`imageGCHighThresholdPercent`,
+    /// `authentication.webhook.enabled`) -> value. Absent means upstream's default.
+    pub settings: BTreeMap<&'static str, SettingValue>,
+    /// Command-line-only upstream flags kubelet-rs ignores (not implemented,
+    /// or removed upstream), as given: flag name -> value.
+    pub ignored_flags: BTreeMap<&'static str, SettingValue>,
 }
 
 /// A configuration value that is not allowed.
@@ -205,7 +229,7 @@ fn parse_taint(field: &'static str, s: &str) -> Result<Taint, ConfigError> {
 fn parse_gates(s: &str) -> Result<BTreeMap<String, bool>, ConfigError> {
     let mut out = BTreeMap::new();
     for (k, v) in parse_kv_list("--feature-gates", s)? {
-        let b = v.parse::<bool>().map_err(|_| {
+        let b = values::parse_go_bool(&v).map_err(|_| {
             invalid(
                 "--feature-gates",
                 format!("{k}={v}"),
@@ -384,6 +408,19 @@ impl KubeletConfig {
             return Err(invalid("--v", verbosity.to_string(), "0 to 10"));
         }
 
+        let lock_file = flags
+            .lock_file
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty());
+        let exit_on_lock_contention = flags.exit_on_lock_contention.unwrap_or(false);
+        if exit_on_lock_contention && lock_file.is_none() {
+            return Err(invalid(
+                "--exit-on-lock-contention",
+                "true",
+                "a --lock-file (cannot exit on lock file contention: no lock file specified)",
+            ));
+        }
+
         let cfg = Self {
             node_name,
             root_dir,
@@ -462,6 +499,10 @@ impl KubeletConfig {
             feature_gates,
             verbosity,
             cluster: cluster::resolve(flags, f)?,
+            lock_file,
+            exit_on_lock_contention,
+            settings: settings::resolve_settings(flags, f)?,
+            ignored_flags: settings::ignored_flags(flags)?,
         };
         cri::endpoint_path(&cfg.container_runtime_endpoint).map_err(|e| {
             invalid(
