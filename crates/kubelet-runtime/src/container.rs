@@ -10,34 +10,11 @@ use tracing::warn;
 
 use crate::expansion::expand;
 use crate::labels;
-use crate::manager::RuntimeConfig;
 use crate::quantity::{parse_bytes, parse_milli_cpu};
-use crate::sandbox::{namespace_options, seccomp};
+use crate::runtime_config::RuntimeConfig;
+use crate::security_context::security_context;
 use kubelet_types::qos::{QosClass, pod_qos};
 use kubelet_types::quantity::Quantity;
-
-/// Paths masked in non-privileged containers (upstream `securitycontext` defaults).
-const MASKED_PATHS: &[&str] = &[
-    "/proc/asound",
-    "/proc/acpi",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-    "/sys/devices/virtual/powercap",
-];
-/// Paths read-only in non-privileged containers.
-const READONLY_PATHS: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
 
 const CPU_PERIOD: i64 = 100_000;
 const MIN_SHARES: i64 = 2;
@@ -101,53 +78,6 @@ fn resources(cfg: &RuntimeConfig, p: &Pod, c: &Container) -> pb::LinuxContainerR
         out.cpu_quota = (m * CPU_PERIOD / 1000).max(1000);
     }
     out
-}
-
-fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext {
-    let sc = c.security_context.as_ref();
-    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
-    let caps = sc.and_then(|s| s.capabilities.as_ref());
-    let proc_mount_unmasked = sc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
-    let (masked, readonly) = if privileged || proc_mount_unmasked {
-        (vec![], vec![])
-    } else {
-        (
-            MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
-            READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
-        )
-    };
-    pb::LinuxContainerSecurityContext {
-        capabilities: caps.map(|c| pb::Capability {
-            add_capabilities: c.add.clone().unwrap_or_default(),
-            drop_capabilities: c.drop.clone().unwrap_or_default(),
-            ..Default::default()
-        }),
-        privileged,
-        namespace_options: Some(namespace_options(p)),
-        run_as_user: sc
-            .and_then(|s| s.run_as_user)
-            .or_else(|| psc.and_then(|s| s.run_as_user))
-            .map(|value| pb::Int64Value { value }),
-        run_as_group: sc
-            .and_then(|s| s.run_as_group)
-            .or_else(|| psc.and_then(|s| s.run_as_group))
-            .map(|value| pb::Int64Value { value }),
-        readonly_rootfs: sc
-            .and_then(|s| s.read_only_root_filesystem)
-            .unwrap_or(false),
-        supplemental_groups: psc
-            .and_then(|s| s.supplemental_groups.clone())
-            .unwrap_or_default(),
-        no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
-        masked_paths: masked,
-        readonly_paths: readonly,
-        seccomp: Some(seccomp(
-            sc.and_then(|s| s.seccomp_profile.as_ref())
-                .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
-        )),
-        ..Default::default()
-    }
 }
 
 /// Plain `env` values, each expanded against the variables defined before it.

@@ -17,15 +17,18 @@ pub mod labels;
 mod manager;
 pub mod pleg;
 pub mod pod_status;
+mod runtime_config;
 mod sandbox;
+mod security_context;
 mod termination;
 
 /// Resource quantities; moved to [`kubelet_types::quantity`] and re-exported here.
 pub use kubelet_types::quantity;
 
 pub use error::{Error, Result};
-pub use manager::{KubeRuntimeManager, RuntimeConfig, SyncResult};
+pub use manager::{KubeRuntimeManager, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
+pub use runtime_config::RuntimeConfig;
 pub use sandbox::qos_class as sandbox_qos_class;
 
 /// The `PodSandboxConfig` kubelet-rs sends for `pod` (for benchmarks and tools

@@ -335,7 +335,7 @@ impl GenericPleg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::RuntimeConfig;
+    use crate::runtime_config::RuntimeConfig;
     use cri::fake::FakeRuntime;
 
     async fn add_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::pod;
 
 use crate::labels;
-use crate::manager::RuntimeConfig;
+use crate::runtime_config::RuntimeConfig;
+use crate::security_context::sandbox_security_context;
 use kubelet_types::CgroupDriver;
 use kubelet_types::qos::{QosClass, pod_qos};
 
@@ -158,69 +159,10 @@ fn port_mappings(p: &Pod) -> Vec<pb::PortMapping> {
         .collect()
 }
 
-/// Namespace options for sandbox and containers.
-pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
-    let spec = p.spec.as_ref();
-    let node = pb::NamespaceMode::Node as i32;
-    pb::NamespaceOption {
-        network: if pod::host_network(p) {
-            node
-        } else {
-            pb::NamespaceMode::Pod as i32
-        },
-        pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
-            node
-        } else if spec
-            .and_then(|s| s.share_process_namespace)
-            .unwrap_or(false)
-        {
-            pb::NamespaceMode::Pod as i32
-        } else {
-            pb::NamespaceMode::Container as i32
-        },
-        ipc: if spec.and_then(|s| s.host_ipc).unwrap_or(false) {
-            node
-        } else {
-            pb::NamespaceMode::Pod as i32
-        },
-        ..Default::default()
-    }
-}
-
-/// A seccomp profile from the API's `seccompProfile`, Unconfined when unset (upstream default).
-pub(crate) fn seccomp(
-    profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
-) -> pb::SecurityProfile {
-    use pb::security_profile::ProfileType;
-    match profile.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
-        Some(("RuntimeDefault", _)) => pb::SecurityProfile {
-            profile_type: ProfileType::RuntimeDefault as i32,
-            localhost_ref: String::new(),
-        },
-        Some(("Localhost", Some(path))) => pb::SecurityProfile {
-            profile_type: ProfileType::Localhost as i32,
-            localhost_ref: path,
-        },
-        _ => pb::SecurityProfile {
-            profile_type: ProfileType::Unconfined as i32,
-            localhost_ref: String::new(),
-        },
-    }
-}
-
 /// The full `PodSandboxConfig` for `p` at sandbox `attempt`.
 pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::PodSandboxConfig {
     let spec = p.spec.as_ref();
     let psc = spec.and_then(|s| s.security_context.as_ref());
-    let privileged = pod::containers(p)
-        .iter()
-        .chain(pod::init_containers(p))
-        .any(|c| {
-            c.security_context
-                .as_ref()
-                .and_then(|s| s.privileged)
-                .unwrap_or(false)
-        });
     let sysctls = psc
         .and_then(|s| s.sysctls.as_ref())
         .map(|v| {
@@ -251,21 +193,7 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
         annotations: labels::sandbox_annotations(p),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent(cfg, p),
-            security_context: Some(pb::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(p)),
-                run_as_user: psc
-                    .and_then(|s| s.run_as_user)
-                    .map(|value| pb::Int64Value { value }),
-                run_as_group: psc
-                    .and_then(|s| s.run_as_group)
-                    .map(|value| pb::Int64Value { value }),
-                supplemental_groups: psc
-                    .and_then(|s| s.supplemental_groups.clone())
-                    .unwrap_or_default(),
-                privileged,
-                seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
-                ..Default::default()
-            }),
+            security_context: Some(sandbox_security_context(p)),
             sysctls,
             ..Default::default()
         }),

@@ -1,0 +1,159 @@
+//! Starting and stopping containers (upstream `kuberuntime_container.go`
+//! `startContainer`, `killContainer`): crash-loop backoff, image pull,
+//! create, start, and the events and waiting reasons of each step.
+
+use std::time::{Duration, SystemTime};
+
+use cri::pb;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::events::{EventType, pod_ref, reason};
+use kubelet_types::pod;
+use tracing::{debug, info};
+
+use super::{KubeRuntimeManager, SyncResult};
+use crate::container::{backoff_key, container_config};
+use crate::pod_status::{ContainerState, PodStatus};
+use crate::sandbox::pod_logs_dir;
+use crate::{Error, Result};
+
+impl KubeRuntimeManager {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_container(
+        &self,
+        p: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+        sandbox_cfg: &pb::PodSandboxConfig,
+        now: SystemTime,
+        result: &mut SyncResult,
+    ) -> Result<()> {
+        let uid = pod::uid(p);
+        let last = status.find_container(&c.name);
+        if let Some(last) = last.filter(|s| s.state == ContainerState::Exited) {
+            let key = backoff_key(p, c);
+            let event = last.finished_at.unwrap_or(now);
+            if let Some(left) = self.backoff.remaining_since(&key, event, now) {
+                let window = self.backoff.get(&key).unwrap_or_default();
+                let message = format!(
+                    "back-off {:?} restarting failed container={} pod={}",
+                    window,
+                    c.name,
+                    pod::describe(p)
+                );
+                debug!(container = %c.name, ?left, "Container in crash-loop backoff");
+                self.set_reason(uid, &c.name, "CrashLoopBackOff", message.clone());
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::BACK_OFF,
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        pod::describe(p)
+                    ),
+                );
+                result.requeue(left);
+                return Err(Error::Container {
+                    reason: "CrashLoopBackOff",
+                    message,
+                });
+            }
+            self.backoff.next(&key, event, now);
+        }
+        let image_ref = match self.images.ensure_image_exists(p, c, now).await {
+            Ok(r) => r,
+            Err(e) => {
+                if let Error::Container { reason, message } = &e {
+                    self.set_reason(uid, &c.name, reason, message.clone());
+                    self.recorder.event(
+                        &pod_ref(p, Some(&c.name)),
+                        EventType::Warning,
+                        kubelet_types::events::reason::FAILED,
+                        format!("Error: {reason}"),
+                    );
+                }
+                return Err(e);
+            }
+        };
+        let restart_count = last.map_or(0, |s| s.restart_count + 1);
+        self.prune_instances(status, &c.name).await;
+        let log_dir = pod_logs_dir(&self.cfg.pod_logs_dir, p).join(&c.name);
+        tokio::fs::create_dir_all(&log_dir)
+            .await
+            .map_err(|source| Error::Io {
+                context: format!("create container log directory {}", log_dir.display()),
+                source,
+            })?;
+        let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
+        match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count) {
+            Ok(Some(m)) => cfg.mounts.push(m),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    context: "create termination message file".into(),
+                    source,
+                });
+            }
+        }
+        let id = match self
+            .runtime
+            .create_container(sandbox_id, cfg, sandbox_cfg.clone())
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                let message = e.message();
+                self.set_reason(uid, &c.name, "CreateContainerError", message.clone());
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::FAILED,
+                    format!("Error: {message}"),
+                );
+                return Err(Error::Container {
+                    reason: "CreateContainerError",
+                    message,
+                });
+            }
+        };
+        self.recorder.event(
+            &pod_ref(p, Some(&c.name)),
+            EventType::Normal,
+            reason::CREATED,
+            format!("Created container: {}", c.name),
+        );
+        if let Err(e) = self.runtime.start_container(&id).await {
+            let message = e.message();
+            self.set_reason(uid, &c.name, "RunContainerError", message.clone());
+            self.recorder.event(
+                &pod_ref(p, Some(&c.name)),
+                EventType::Warning,
+                reason::FAILED,
+                format!("Error: {message}"),
+            );
+            return Err(Error::Container {
+                reason: "RunContainerError",
+                message,
+            });
+        }
+        self.clear_reason(uid, &c.name);
+        result.started += 1;
+        info!(container = %c.name, container.id = %id, restart_count, "Started container");
+        self.recorder.event(
+            &pod_ref(p, Some(&c.name)),
+            EventType::Normal,
+            reason::STARTED,
+            format!("Started container {}", c.name),
+        );
+        Ok(())
+    }
+
+    pub(super) async fn stop_container(&self, id: &str, grace: Duration) -> Result<()> {
+        match self.runtime.stop_container(id, grace).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The runtime manager (upstream `kuberuntime_manager.go` `SyncPod`,
+//! `KillPod`, `GetPodStatus`): reads a pod's runtime state through CRI and
+//! applies the actions [`compute_pod_actions`] chose, idempotently.
+//!
+//! Container start and stop live in `containers` (upstream
+//! `kuberuntime_container.go`), sandbox creation in `sandboxes`
+//! (`kuberuntime_sandbox.go`), removal of dead instances and pods in `gc`
+//! (`kuberuntime_gc.go`).
+
+mod containers;
+mod gc;
+mod sandboxes;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cri::{ImageService, RuntimeService, pb};
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
+use kubelet_types::{labels, pod};
+use parking_lot::Mutex;
+use tracing::{debug, info};
+
+use crate::actions::compute_pod_actions;
+use crate::backoff::Backoff;
+use crate::images::ImageManager;
+use crate::pod_status::{PodStatus, container_status_from_cri};
+use crate::runtime_config::RuntimeConfig;
+use crate::sandbox::sandbox_config;
+use crate::{Error, Result};
+
+/// Outcome of one pod sync.
+#[derive(Debug, Default)]
+pub struct SyncResult {
+    /// Steps that failed; the pod is retried.
+    pub errors: Vec<Error>,
+    /// Sync again after this long (a backoff window ends), if sooner than the resync.
+    pub requeue_after: Option<Duration>,
+    /// Containers started by this sync.
+    pub started: usize,
+}
+
+impl SyncResult {
+    fn requeue(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
+}
+
+/// Why a container is waiting, for its status (upstream `ReasonCache`).
+pub type Reason = (&'static str, String);
+
+/// Runs pods on a CRI runtime.
+pub struct KubeRuntimeManager {
+    runtime: Arc<dyn RuntimeService>,
+    images: ImageManager,
+    cfg: RuntimeConfig,
+    backoff: Backoff,
+    reasons: Mutex<HashMap<(String, String), Reason>>,
+    recorder: Arc<dyn Recorder>,
+}
+
+/// A reference to a pod (or container) from runtime state, for events about stopped pods.
+fn status_ref(
+    s: &PodStatus,
+    container: Option<&str>,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(s.name.clone()),
+        namespace: Some(s.namespace.clone()),
+        uid: Some(s.uid.clone()),
+        field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+        ..Default::default()
+    }
+}
+
+fn uid_filter<T: Default>(uid: &str, make: impl FnOnce(HashMap<String, String>) -> T) -> Option<T> {
+    Some(make(HashMap::from([(
+        labels::POD_UID.to_string(),
+        uid.to_string(),
+    )])))
+}
+
+impl KubeRuntimeManager {
+    /// A manager over the given runtime and image services.
+    pub fn new(
+        runtime: Arc<dyn RuntimeService>,
+        images: Arc<dyn ImageService>,
+        cfg: RuntimeConfig,
+    ) -> Self {
+        Self {
+            runtime,
+            images: ImageManager::new(images),
+            cfg,
+            backoff: Backoff::default(),
+            reasons: Mutex::new(HashMap::new()),
+            recorder: Arc::new(kubelet_types::events::NoopRecorder),
+        }
+    }
+
+    /// Sends events (Pulling, Created, Started, Killing, BackOff, ...) to `recorder`.
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.images.recorder = recorder.clone();
+        self.recorder = recorder;
+        self
+    }
+
+    /// The runtime service.
+    pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
+        &self.runtime
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+
+    /// Why the named container is not running, if a start failed (`CrashLoopBackOff`, `ErrImagePull`...).
+    pub fn waiting_reason(&self, uid: &str, container: &str) -> Option<Reason> {
+        self.reasons
+            .lock()
+            .get(&(uid.to_string(), container.to_string()))
+            .cloned()
+    }
+
+    fn set_reason(&self, uid: &str, container: &str, reason: &'static str, message: String) {
+        self.reasons
+            .lock()
+            .insert((uid.to_string(), container.to_string()), (reason, message));
+    }
+
+    fn clear_reason(&self, uid: &str, container: &str) {
+        self.reasons
+            .lock()
+            .remove(&(uid.to_string(), container.to_string()));
+    }
+
+    /// Forgets the waiting reasons of a pod that is gone.
+    pub fn forget_pod(&self, uid: &str) {
+        self.reasons.lock().retain(|(u, _), _| u != uid);
+    }
+
+    /// Drops quiet backoff entries.
+    pub fn gc_backoff(&self, now: SystemTime) {
+        self.backoff.gc(now);
+        self.images.gc(now);
+    }
+
+    /// The runtime state of pod `uid`: its sandboxes and containers, newest first.
+    pub async fn get_pod_status(
+        &self,
+        uid: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodStatus> {
+        let (sandboxes, containers) = futures::try_join!(
+            self.runtime
+                .list_pod_sandbox(uid_filter(uid, |label_selector| pb::PodSandboxFilter {
+                    label_selector,
+                    ..Default::default()
+                })),
+            self.runtime
+                .list_containers(uid_filter(uid, |label_selector| pb::ContainerFilter {
+                    label_selector,
+                    ..Default::default()
+                })),
+        )?;
+        let sb = join_all(
+            sandboxes
+                .iter()
+                .map(|s| self.runtime.pod_sandbox_status(&s.id)),
+        )
+        .await;
+        let ct = join_all(
+            containers
+                .iter()
+                .map(|c| self.runtime.container_status(&c.id)),
+        )
+        .await;
+        let mut status = PodStatus {
+            uid: uid.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..Default::default()
+        };
+        for r in sb {
+            match r {
+                Ok(s) => status.sandboxes.push(s),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for (r, c) in ct.into_iter().zip(&containers) {
+            match r {
+                Ok(s) => status
+                    .containers
+                    .push(container_status_from_cri(&s, &c.pod_sandbox_id)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        status
+            .sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        status
+            .containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        if let Some(ready) = status
+            .sandboxes
+            .iter()
+            .find(|s| s.state == pb::PodSandboxState::SandboxReady as i32)
+            && let Some(net) = &ready.network
+            && !net.ip.is_empty()
+        {
+            status.ips.push(net.ip.clone());
+            status
+                .ips
+                .extend(net.additional_ips.iter().map(|i| i.ip.clone()));
+        }
+        Ok(status)
+    }
+
+    /// Brings the runtime to the desired pod `p`, given its current `status`.
+    pub async fn sync_pod(&self, p: &Pod, status: &PodStatus, now: SystemTime) -> SyncResult {
+        let actions = compute_pod_actions(p, status);
+        debug!(?actions, "Computed pod actions");
+        let mut result = SyncResult::default();
+        if actions.kill_pod {
+            if actions.create_sandbox {
+                info!(
+                    attempt = actions.attempt,
+                    "No ready sandbox for pod; a new one will be created"
+                );
+                if !status.sandboxes.is_empty() {
+                    self.recorder.event(
+                        &pod_ref(p, None),
+                        EventType::Normal,
+                        reason::SANDBOX_CHANGED,
+                        "Pod sandbox changed, it will be killed and re-created.".into(),
+                    );
+                }
+            }
+            if let Err(e) = self
+                .kill_pod(status, pod::grace_period(p), actions.create_sandbox)
+                .await
+            {
+                result.errors.push(e);
+                return result;
+            }
+        } else {
+            let grace = pod::grace_period(p);
+            let stops = actions.containers_to_kill.iter().map(|k| {
+                info!(container = %k.name, container.id = %k.id, "Killing container: {}", k.message);
+                self.recorder.event(
+                    &pod_ref(p, Some(&k.name)),
+                    EventType::Normal,
+                    reason::KILLING,
+                    k.message.to_string(),
+                );
+                self.stop_container(&k.id, grace)
+            });
+            for r in join_all(stops).await {
+                if let Err(e) = r {
+                    result.errors.push(e);
+                }
+            }
+            if !result.errors.is_empty() {
+                return result;
+            }
+        }
+        if actions.kill_pod && !actions.create_sandbox {
+            return result;
+        }
+        let sandbox_cfg = sandbox_config(&self.cfg, p, actions.attempt);
+        let sandbox_id = match self.ensure_sandbox(p, &actions, &sandbox_cfg).await {
+            Ok(id) => id,
+            Err(e) => {
+                result.errors.push(e);
+                return result;
+            }
+        };
+        // A fresh sandbox has no containers yet: start from a status without the old instances' states
+        // except for history (restart counts, backoff, lastState).
+        if let Some(i) = actions.next_init_container {
+            if let Some(c) = pod::init_containers(p).get(i)
+                && let Err(e) = self
+                    .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
+                    .await
+            {
+                result.errors.push(e);
+            }
+            return result;
+        }
+        for i in actions.containers_to_start {
+            let Some(c) = pod::containers(p).get(i) else {
+                continue;
+            };
+            if let Err(e) = self
+                .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
+                .await
+            {
+                result.errors.push(e);
+            }
+        }
+        self.remove_dead_sandboxes(status).await;
+        result
+    }
+
+    /// Stops every live container (in parallel, each with `grace`), then the
+    /// pod's ready sandboxes (all of them when `all_sandboxes`, which also
+    /// releases the network of a sandbox whose pause process died).
+    pub async fn kill_pod(
+        &self,
+        status: &PodStatus,
+        grace: Duration,
+        all_sandboxes: bool,
+    ) -> Result<()> {
+        let stops = status.live_containers().map(|c| {
+            info!(container = %c.name, container.id = %c.id, ?grace, "Killing container");
+            self.recorder.event(
+                &status_ref(status, Some(&c.name)),
+                EventType::Normal,
+                reason::KILLING,
+                format!("Stopping container {}", c.name),
+            );
+            self.stop_container(&c.id, grace)
+        });
+        for r in join_all(stops).await {
+            r?;
+        }
+        for s in &status.sandboxes {
+            if all_sandboxes || s.state == pb::PodSandboxState::SandboxReady as i32 {
+                match self.runtime.stop_pod_sandbox(&s.id).await {
+                    Ok(()) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+}

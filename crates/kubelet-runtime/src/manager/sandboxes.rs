@@ -1,0 +1,52 @@
+//! Pod sandbox creation (upstream `kuberuntime_sandbox.go`
+//! `createPodSandbox`): the pod log directory, then `RunPodSandbox`.
+
+use cri::pb;
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_types::events::{EventType, pod_ref, reason};
+use tracing::info;
+
+use super::KubeRuntimeManager;
+use crate::actions::PodActions;
+use crate::sandbox::pod_logs_dir;
+use crate::{Error, Result};
+
+impl KubeRuntimeManager {
+    pub(super) async fn ensure_sandbox(
+        &self,
+        p: &Pod,
+        a: &PodActions,
+        cfg: &pb::PodSandboxConfig,
+    ) -> Result<String> {
+        if !a.create_sandbox {
+            return a
+                .sandbox_id
+                .clone()
+                .ok_or_else(|| Error::CreateSandbox("no sandbox to reuse".into()));
+        }
+        let dir = pod_logs_dir(&self.cfg.pod_logs_dir, p);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|source| Error::Io {
+                context: format!("create pod log directory {}", dir.display()),
+                source,
+            })?;
+        info!(attempt = a.attempt, "Creating pod sandbox");
+        let id = self
+            .runtime
+            .run_pod_sandbox(cfg.clone(), &self.cfg.runtime_handler)
+            .await
+            .map_err(|e| {
+                let message = format!("Failed to create pod sandbox: {}", e.message());
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    message.clone(),
+                );
+                Error::CreateSandbox(message)
+            })?;
+        info!(sandbox.id = %id, "Created pod sandbox");
+        Ok(id)
+    }
+}
