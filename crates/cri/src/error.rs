@@ -23,12 +23,13 @@ pub enum CriError {
         /// What the transport said.
         message: String,
     },
-    /// The call did not finish before its deadline.
+    /// The call did not finish before its deadline: ours passed, or the
+    /// runtime answered `DeadlineExceeded` for the deadline we sent it.
     #[error("{op}: no answer within {timeout:?}")]
     Timeout {
         /// The CRI method.
         op: &'static str,
-        /// The deadline that passed.
+        /// The deadline of the call (zero when not known).
         timeout: std::time::Duration,
     },
     /// Any other gRPC error, carrying the runtime's code and message.
@@ -52,15 +53,26 @@ pub enum CriError {
 }
 
 impl CriError {
-    /// Classifies a gRPC status returned by `op`.
+    /// Classifies a gRPC status returned by `op` when its deadline is not
+    /// known; prefer [`CriError::from_status_with_deadline`].
     pub fn from_status(op: &'static str, status: tonic::Status) -> Self {
+        Self::from_status_with_deadline(op, status, std::time::Duration::ZERO)
+    }
+
+    /// Classifies a gRPC status returned by `op`, called with `deadline`: a
+    /// `DeadlineExceeded` reports that deadline.
+    pub fn from_status_with_deadline(
+        op: &'static str,
+        status: tonic::Status,
+        deadline: std::time::Duration,
+    ) -> Self {
         let message = status.message().to_string();
         match status.code() {
             Code::NotFound => Self::NotFound { op, message },
             Code::Unavailable => Self::Unavailable { op, message },
             Code::DeadlineExceeded => Self::Timeout {
                 op,
-                timeout: std::time::Duration::ZERO,
+                timeout: deadline,
             },
             code => Self::Rpc { op, code, message },
         }
@@ -103,6 +115,12 @@ mod tests {
         assert!(un.is_retryable() && !un.is_not_found());
         let dl = CriError::from_status("Version", tonic::Status::deadline_exceeded("slow"));
         assert!(dl.is_retryable());
+        let dl = CriError::from_status_with_deadline(
+            "RunPodSandbox",
+            tonic::Status::deadline_exceeded("slow"),
+            std::time::Duration::from_secs(4),
+        );
+        assert!(dl.to_string().contains("4s"), "{dl}");
         let other = CriError::from_status("PullImage", tonic::Status::unknown("401"));
         assert!(!other.is_retryable() && !other.is_not_found());
         assert_eq!(other.message(), "401");

@@ -4,7 +4,7 @@
 //! It keeps sandboxes, containers and images in maps, answers every trait call
 //! as containerd would for the state it holds, records calls, and lets a test
 //! inject an error for the next call of a method, hang `ContainerStatus` for one
-//! container, or make a container exit.
+//! container or `PullImage` for one image, or make a container exit.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ struct State {
     missing_images: HashSet<String>,
     fail_next: HashMap<&'static str, Vec<CriError>>,
     hang_status: HashSet<String>,
+    hang_pull: HashSet<String>,
     calls: Vec<&'static str>,
     down: bool,
     network_down: bool,
@@ -85,6 +86,12 @@ impl FakeRuntime {
             .lock()
             .hang_status
             .insert(container_id.to_string());
+    }
+
+    /// `PullImage` of `image` never answers, as a slow registry (until the
+    /// caller gives up and drops the call).
+    pub fn hang_pull(&self, image: &str) {
+        self.state.lock().hang_pull.insert(image.to_string());
     }
 
     /// Every call fails with `Unavailable` while `down` is true.
@@ -506,6 +513,10 @@ impl ImageService for FakeRuntime {
         _sandbox_config: Option<pb::PodSandboxConfig>,
     ) -> Result<String> {
         self.enter("PullImage")?;
+        let hang = self.state.lock().hang_pull.contains(image);
+        if hang {
+            std::future::pending::<()>().await;
+        }
         if self.state.lock().missing_images.contains(image) {
             return Err(CriError::Rpc {
                 op: "PullImage",

@@ -101,13 +101,13 @@ impl RemoteRuntime {
     /// Streaming URL for `kubectl exec` (`Exec`).
     pub async fn exec(&self, req: pb::ExecRequest) -> Result<pb::ExecResponse> {
         let mut c = self.runtime.clone();
-        call("Exec", self.timeout, c.exec(req)).await
+        call("Exec", self.timeout, c.exec(request(req, self.timeout))).await
     }
 
     /// Streaming URL for `kubectl attach` (`Attach`).
     pub async fn attach(&self, req: pb::AttachRequest) -> Result<pb::AttachResponse> {
         let mut c = self.runtime.clone();
-        call("Attach", self.timeout, c.attach(req)).await
+        call("Attach", self.timeout, c.attach(request(req, self.timeout))).await
     }
 
     /// Streaming URL for `kubectl port-forward` (`PortForward`).
@@ -116,7 +116,12 @@ impl RemoteRuntime {
         req: pb::PortForwardRequest,
     ) -> Result<pb::PortForwardResponse> {
         let mut c = self.runtime.clone();
-        call("PortForward", self.timeout, c.port_forward(req)).await
+        call(
+            "PortForward",
+            self.timeout,
+            c.port_forward(request(req, self.timeout)),
+        )
+        .await
     }
 
     /// Stats of one container (`ContainerStats`).
@@ -125,9 +130,13 @@ impl RemoteRuntime {
         let req = pb::ContainerStatsRequest {
             container_id: id.to_string(),
         };
-        Ok(call("ContainerStats", self.timeout, c.container_stats(req))
-            .await?
-            .stats)
+        Ok(call(
+            "ContainerStats",
+            self.timeout,
+            c.container_stats(request(req, self.timeout)),
+        )
+        .await?
+        .stats)
     }
 
     /// Stats of every sandbox that matches the filter (`ListPodSandboxStats`).
@@ -140,7 +149,7 @@ impl RemoteRuntime {
         Ok(call(
             "ListPodSandboxStats",
             self.timeout,
-            c.list_pod_sandbox_stats(req),
+            c.list_pod_sandbox_stats(request(req, self.timeout)),
         )
         .await?
         .stats)
@@ -152,13 +161,22 @@ impl RemoteRuntime {
         call(
             "ImageFsInfo",
             self.timeout,
-            c.image_fs_info(pb::ImageFsInfoRequest {}),
+            c.image_fs_info(request(pb::ImageFsInfoRequest {}, self.timeout)),
         )
         .await
     }
 }
 
-/// Runs one RPC under a deadline and classifies its error.
+/// A request that carries its deadline to the runtime (`grpc-timeout`), as
+/// upstream's context deadline does.
+fn request<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(deadline);
+    req
+}
+
+/// Runs one RPC under `timeout` and classifies its error; a `DeadlineExceeded`
+/// from the runtime reports the same deadline.
 async fn call<T, F>(op: &'static str, timeout: Duration, fut: F) -> Result<T>
 where
     F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
@@ -166,8 +184,22 @@ where
     trace!(cri.op = op, "CRI call");
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(resp)) => Ok(resp.into_inner()),
-        Ok(Err(status)) => Err(CriError::from_status(op, status)),
+        Ok(Err(status)) => Err(CriError::from_status_with_deadline(op, status, timeout)),
         Err(_) => Err(CriError::Timeout { op, timeout }),
+    }
+}
+
+/// Runs one RPC with no deadline of ours (image pulls: upstream sets none and
+/// relies on the runtime's pull progress timeout). Dropping the future
+/// cancels the call on the runtime.
+async fn call_unbounded<T, F>(op: &'static str, fut: F) -> Result<T>
+where
+    F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+{
+    trace!(cri.op = op, "CRI call without deadline");
+    match fut.await {
+        Ok(resp) => Ok(resp.into_inner()),
+        Err(status) => Err(CriError::from_status(op, status)),
     }
 }
 
@@ -178,7 +210,12 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::VersionRequest {
             version: "v1".to_string(),
         };
-        call("Version", self.timeout, c.version(req)).await
+        call(
+            "Version",
+            self.timeout,
+            c.version(request(req, self.timeout)),
+        )
+        .await
     }
 
     async fn status(&self) -> Result<pb::RuntimeStatus> {
@@ -186,7 +223,7 @@ impl RuntimeService for RemoteRuntime {
         let resp = call(
             "Status",
             self.timeout,
-            c.status(pb::StatusRequest { verbose: false }),
+            c.status(request(pb::StatusRequest { verbose: false }, self.timeout)),
         )
         .await?;
         Ok(resp.status.unwrap_or_default())
@@ -203,11 +240,14 @@ impl RuntimeService for RemoteRuntime {
             runtime_handler: runtime_handler.to_string(),
         };
         // Upstream gives RunPodSandbox twice the request timeout: CNI setup can be slow.
-        Ok(
-            call("RunPodSandbox", self.timeout * 2, c.run_pod_sandbox(req))
-                .await?
-                .pod_sandbox_id,
+        let deadline = self.timeout * 2;
+        Ok(call(
+            "RunPodSandbox",
+            deadline,
+            c.run_pod_sandbox(request(req, deadline)),
         )
+        .await?
+        .pod_sandbox_id)
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
@@ -215,9 +255,13 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::StopPodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        call("StopPodSandbox", self.timeout, c.stop_pod_sandbox(req))
-            .await
-            .map(drop)
+        call(
+            "StopPodSandbox",
+            self.timeout,
+            c.stop_pod_sandbox(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
@@ -225,9 +269,13 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
-        call("RemovePodSandbox", self.timeout, c.remove_pod_sandbox(req))
-            .await
-            .map(drop)
+        call(
+            "RemovePodSandbox",
+            self.timeout,
+            c.remove_pod_sandbox(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<pb::PodSandboxStatus> {
@@ -236,7 +284,12 @@ impl RuntimeService for RemoteRuntime {
             pod_sandbox_id: id.to_string(),
             verbose: false,
         };
-        let resp = call("PodSandboxStatus", self.timeout, c.pod_sandbox_status(req)).await?;
+        let resp = call(
+            "PodSandboxStatus",
+            self.timeout,
+            c.pod_sandbox_status(request(req, self.timeout)),
+        )
+        .await?;
         resp.status.ok_or(CriError::NotFound {
             op: "PodSandboxStatus",
             message: format!("no status for sandbox {id}"),
@@ -249,11 +302,13 @@ impl RuntimeService for RemoteRuntime {
     ) -> Result<Vec<pb::PodSandbox>> {
         let mut c = self.runtime.clone();
         let req = pb::ListPodSandboxRequest { filter };
-        Ok(
-            call("ListPodSandbox", self.timeout, c.list_pod_sandbox(req))
-                .await?
-                .items,
+        Ok(call(
+            "ListPodSandbox",
+            self.timeout,
+            c.list_pod_sandbox(request(req, self.timeout)),
         )
+        .await?
+        .items)
     }
 
     async fn create_container(
@@ -268,11 +323,13 @@ impl RuntimeService for RemoteRuntime {
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
-        Ok(
-            call("CreateContainer", self.timeout, c.create_container(req))
-                .await?
-                .container_id,
+        Ok(call(
+            "CreateContainer",
+            self.timeout,
+            c.create_container(request(req, self.timeout)),
         )
+        .await?
+        .container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<()> {
@@ -280,9 +337,13 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::StartContainerRequest {
             container_id: id.to_string(),
         };
-        call("StartContainer", self.timeout, c.start_container(req))
-            .await
-            .map(drop)
+        call(
+            "StartContainer",
+            self.timeout,
+            c.start_container(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
     }
 
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
@@ -292,10 +353,11 @@ impl RuntimeService for RemoteRuntime {
             timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
         };
         // The runtime may take the whole grace period before it kills.
+        let deadline = self.timeout + timeout;
         call(
             "StopContainer",
-            self.timeout + timeout,
-            c.stop_container(req),
+            deadline,
+            c.stop_container(request(req, deadline)),
         )
         .await
         .map(drop)
@@ -306,9 +368,13 @@ impl RuntimeService for RemoteRuntime {
         let req = pb::RemoveContainerRequest {
             container_id: id.to_string(),
         };
-        call("RemoveContainer", self.timeout, c.remove_container(req))
-            .await
-            .map(drop)
+        call(
+            "RemoveContainer",
+            self.timeout,
+            c.remove_container(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
     }
 
     async fn list_containers(
@@ -317,9 +383,13 @@ impl RuntimeService for RemoteRuntime {
     ) -> Result<Vec<pb::Container>> {
         let mut c = self.runtime.clone();
         let req = pb::ListContainersRequest { filter };
-        Ok(call("ListContainers", self.timeout, c.list_containers(req))
-            .await?
-            .containers)
+        Ok(call(
+            "ListContainers",
+            self.timeout,
+            c.list_containers(request(req, self.timeout)),
+        )
+        .await?
+        .containers)
     }
 
     async fn container_status(&self, id: &str) -> Result<pb::ContainerStatus> {
@@ -328,7 +398,12 @@ impl RuntimeService for RemoteRuntime {
             container_id: id.to_string(),
             verbose: false,
         };
-        let resp = call("ContainerStatus", self.timeout, c.container_status(req)).await?;
+        let resp = call(
+            "ContainerStatus",
+            self.timeout,
+            c.container_status(request(req, self.timeout)),
+        )
+        .await?;
         resp.status.ok_or(CriError::NotFound {
             op: "ContainerStatus",
             message: format!("no status for container {id}"),
@@ -347,7 +422,8 @@ impl RuntimeService for RemoteRuntime {
             cmd,
             timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
         };
-        call("ExecSync", self.timeout + timeout, c.exec_sync(req)).await
+        let deadline = self.timeout + timeout;
+        call("ExecSync", deadline, c.exec_sync(request(req, deadline))).await
     }
 }
 
@@ -359,9 +435,13 @@ impl ImageService for RemoteRuntime {
             image: Some(image_spec(image)),
             verbose: false,
         };
-        Ok(call("ImageStatus", self.timeout, c.image_status(req))
-            .await?
-            .image)
+        Ok(call(
+            "ImageStatus",
+            self.timeout,
+            c.image_status(request(req, self.timeout)),
+        )
+        .await?
+        .image)
     }
 
     async fn pull_image(
@@ -376,9 +456,10 @@ impl ImageService for RemoteRuntime {
             auth,
             sandbox_config,
         };
-        // Pulls legitimately take longer than other calls; bound them all the same.
-        let deadline = self.timeout.max(Duration::from_secs(60)) * 5;
-        Ok(call("PullImage", deadline, c.pull_image(req))
+        // No deadline of ours, as upstream: a large image takes as long as it
+        // takes, and the runtime cancels a pull that stops making progress.
+        // The caller cancels by dropping the future (kubelet shutdown).
+        Ok(call_unbounded("PullImage", c.pull_image(req))
             .await?
             .image_ref)
     }
@@ -386,9 +467,13 @@ impl ImageService for RemoteRuntime {
     async fn list_images(&self) -> Result<Vec<pb::Image>> {
         let mut c = self.image.clone();
         let req = pb::ListImagesRequest { filter: None };
-        Ok(call("ListImages", self.timeout, c.list_images(req))
-            .await?
-            .images)
+        Ok(call(
+            "ListImages",
+            self.timeout,
+            c.list_images(request(req, self.timeout)),
+        )
+        .await?
+        .images)
     }
 
     async fn remove_image(&self, image: &str) -> Result<()> {
@@ -396,9 +481,13 @@ impl ImageService for RemoteRuntime {
         let req = pb::RemoveImageRequest {
             image: Some(image_spec(image)),
         };
-        call("RemoveImage", self.timeout, c.remove_image(req))
-            .await
-            .map(drop)
+        call(
+            "RemoveImage",
+            self.timeout,
+            c.remove_image(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
     }
 }
 
@@ -486,6 +575,148 @@ mod tests {
                 }
             ),
             "{err}"
+        );
+    }
+
+    /// Serves `runtime` and `image` on a temp socket; returns a client with `timeout`.
+    async fn serve<R, I>(
+        runtime: R,
+        image: I,
+        timeout: Duration,
+    ) -> (tempfile::TempDir, RemoteRuntime)
+    where
+        R: crate::pb::runtime_service_server::RuntimeService,
+        I: crate::pb::image_service_server::ImageService,
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::pb::runtime_service_server::RuntimeServiceServer::new(runtime))
+                .add_service(crate::pb::image_service_server::ImageServiceServer::new(
+                    image,
+                ))
+                .serve_with_incoming(incoming),
+        );
+        let rt = RemoteRuntime::new(sock.to_str().expect("utf8"), None, timeout).expect("client");
+        (dir, rt)
+    }
+
+    /// Answers RunPodSandbox with DeadlineExceeded, noting the deadline it was sent.
+    struct SlowSandbox(tokio::sync::mpsc::UnboundedSender<Option<String>>);
+
+    #[tonic::async_trait]
+    impl crate::pb::runtime_service_server::RuntimeService for SlowSandbox {
+        async fn run_pod_sandbox(
+            &self,
+            req: tonic::Request<pb::RunPodSandboxRequest>,
+        ) -> std::result::Result<tonic::Response<pb::RunPodSandboxResponse>, tonic::Status>
+        {
+            let sent = req
+                .metadata()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            let _ = self.0.send(sent);
+            Err(tonic::Status::deadline_exceeded(
+                "context deadline exceeded",
+            ))
+        }
+    }
+
+    /// Pulls take `delay`; a pull whose caller went away is reported on `dropped`.
+    struct SlowPull {
+        delay: Duration,
+        dropped: tokio::sync::mpsc::UnboundedSender<()>,
+    }
+
+    struct OnDrop(tokio::sync::mpsc::UnboundedSender<()>, bool);
+
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            if !self.1 {
+                let _ = self.0.send(());
+            }
+        }
+    }
+
+    #[tonic::async_trait]
+    impl crate::pb::image_service_server::ImageService for SlowPull {
+        async fn pull_image(
+            &self,
+            _: tonic::Request<pb::PullImageRequest>,
+        ) -> std::result::Result<tonic::Response<pb::PullImageResponse>, tonic::Status> {
+            let mut guard = OnDrop(self.dropped.clone(), false);
+            tokio::time::sleep(self.delay).await;
+            guard.1 = true;
+            Ok(tonic::Response::new(pb::PullImageResponse {
+                image_ref: "sha256:big".into(),
+            }))
+        }
+    }
+
+    struct NoImages;
+
+    #[tonic::async_trait]
+    impl crate::pb::image_service_server::ImageService for NoImages {}
+
+    struct NoRuntime;
+
+    #[tonic::async_trait]
+    impl crate::pb::runtime_service_server::RuntimeService for NoRuntime {}
+
+    #[tokio::test]
+    async fn deadline_exceeded_reports_the_deadline_sent() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_dir, rt) = serve(SlowSandbox(tx), NoImages, Duration::from_secs(3)).await;
+        let err = rt
+            .run_pod_sandbox(pb::PodSandboxConfig::default(), "")
+            .await
+            .expect_err("deadline exceeded");
+        assert!(
+            matches!(err, CriError::Timeout { op: "RunPodSandbox", timeout } if timeout == Duration::from_secs(6)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("6s"), "{err}");
+        // The runtime was told the deadline, as upstream's context carries it.
+        let sent = rx.recv().await.flatten().expect("grpc-timeout header");
+        assert!(
+            sent.ends_with('m') || sent.ends_with('u') || sent.ends_with('S'),
+            "{sent}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pulls_have_no_fixed_cap() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        // Twenty minutes: longer than any cap kubelet-rs used to set (5 minutes).
+        let slow = SlowPull {
+            delay: Duration::from_secs(1200),
+            dropped: tx,
+        };
+        let (_dir, rt) = serve(NoRuntime, slow, Duration::from_secs(2)).await;
+        let image_ref = rt.pull_image("big:1", None, None).await.expect("pull");
+        assert_eq!(image_ref, "sha256:big");
+    }
+
+    #[tokio::test]
+    async fn dropping_a_pull_cancels_it_on_the_runtime() {
+        let (tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+        let slow = SlowPull {
+            delay: Duration::from_secs(3600),
+            dropped: tx,
+        };
+        let (_dir, rt) = serve(NoRuntime, slow, Duration::from_secs(2)).await;
+        let pull = tokio::spawn(async move { rt.pull_image("big:1", None, None).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pull.abort();
+        let seen = tokio::time::timeout(Duration::from_secs(5), dropped.recv()).await;
+        assert_eq!(
+            seen.ok().flatten(),
+            Some(()),
+            "the runtime saw the pull cancelled"
         );
     }
 }

@@ -21,6 +21,12 @@ pub enum Error {
     /// The pod sandbox could not be created (`FailedCreatePodSandBox`).
     #[error("FailedCreatePodSandBox: {0}")]
     CreateSandbox(String),
+    /// The kubelet is shutting down: the step (an image pull) was cancelled.
+    #[error("{op} cancelled: the kubelet is shutting down")]
+    Shutdown {
+        /// What was cancelled.
+        op: &'static str,
+    },
     /// A local file or directory the runtime needs could not be made.
     #[error("{context}: {source}")]
     Io {
@@ -38,7 +44,7 @@ impl Error {
         match self {
             Self::Container { reason, .. } => reason,
             Self::CreateSandbox(_) => "FailedCreatePodSandBox",
-            Self::Cri(_) | Self::Io { .. } => "FailedSync",
+            Self::Cri(_) | Self::Io { .. } | Self::Shutdown { .. } => "FailedSync",
         }
     }
 }

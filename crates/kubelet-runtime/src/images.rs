@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use cri::ImageService;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::pod;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::backoff::Backoff;
@@ -21,6 +22,7 @@ pub struct ImageManager {
     pub(crate) recorder: Arc<dyn Recorder>,
     backoff: Backoff,
     serialize: tokio::sync::Mutex<()>,
+    pub(crate) shutdown: CancellationToken,
 }
 
 fn err(reason: &'static str, message: String) -> Error {
@@ -35,6 +37,7 @@ impl ImageManager {
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
             backoff: Backoff::default(),
             serialize: tokio::sync::Mutex::new(()),
+            shutdown: CancellationToken::new(),
         }
     }
 
@@ -99,6 +102,30 @@ impl ImageManager {
                 format!("Back-off pulling image {image:?}"),
             ));
         }
+        // A pull has no deadline of ours (upstream sets none); shutdown cancels
+        // it, and dropping the pull cancels the call on the runtime.
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => {
+                info!(image, "Image pull cancelled: shutting down");
+                Err(Error::Shutdown { op: "PullImage" })
+            }
+            r = self.pull(p, c, image, policy, &key, now) => r,
+        }
+    }
+
+    async fn pull(
+        &self,
+        p: &Pod,
+        c: &Container,
+        image: &str,
+        policy: &str,
+        key: &str,
+        now: SystemTime,
+    ) -> Result<String> {
+        let obj = pod_ref(p, Some(&c.name));
+        let event =
+            |kind, reason: &str, message: String| self.recorder.event(&obj, kind, reason, message);
         let _turn = self.serialize.lock().await;
         // Another pod may have pulled it while this one waited its turn.
         if policy != "Always"
@@ -115,7 +142,7 @@ impl ImageManager {
         let started = tokio::time::Instant::now();
         match self.images.pull_image(image, None, None).await {
             Ok(image_ref) => {
-                self.backoff.reset(&key);
+                self.backoff.reset(key);
                 info!(image, %image_ref, "Successfully pulled image");
                 event(
                     EventType::Normal,
@@ -128,7 +155,7 @@ impl ImageManager {
                 Ok(image_ref)
             }
             Err(e) => {
-                self.backoff.next(&key, now, now);
+                self.backoff.next(key, now, now);
                 event(
                     EventType::Warning,
                     reason::FAILED,
@@ -150,6 +177,42 @@ impl ImageManager {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_cancels_a_pull_in_flight() {
+        let fake = FakeRuntime::new();
+        fake.hang_pull("reg/huge:1");
+        let mut m = ImageManager::new(Arc::new(fake.clone()));
+        let stop = CancellationToken::new();
+        m.shutdown = stop.clone();
+        let m = Arc::new(m);
+        let p = pod_with("reg/huge:1", None);
+        let pull = tokio::spawn({
+            let m = m.clone();
+            async move {
+                let c = &pod::containers(&p)[0];
+                m.ensure_image_exists(&p, c, UNIX_EPOCH).await
+            }
+        });
+        // No deadline of ours: an hour later the pull is still going.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!pull.is_finished());
+        assert_eq!(fake.call_count("PullImage"), 1);
+        stop.cancel();
+        let r = tokio::time::timeout(Duration::from_secs(1), pull)
+            .await
+            .expect("the pull returns at once")
+            .expect("task");
+        assert!(
+            matches!(r, Err(Error::Shutdown { op: "PullImage" })),
+            "{r:?}"
+        );
+        // A cancelled pull is no failure: the image does not back off.
+        let p2 = pod_with("reg/huge:1", None);
+        let c = &pod::containers(&p2)[0];
+        let e = m.ensure_image_exists(&p2, c, UNIX_EPOCH).await;
+        assert!(matches!(e, Err(Error::Shutdown { .. })), "{e:?}");
+    }
+
     use super::*;
     use cri::fake::FakeRuntime;
     use std::time::{Duration, UNIX_EPOCH};

@@ -110,6 +110,13 @@ impl KubeRuntimeManager {
         self
     }
 
+    /// Cancels image pulls in flight, and refuses new ones, once `shutdown`
+    /// is cancelled (upstream cancels the pull's context on shutdown).
+    pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        self.images.shutdown = shutdown;
+        self
+    }
+
     /// The runtime service.
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime
