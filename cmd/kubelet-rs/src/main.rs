@@ -1,13 +1,15 @@
-//! kubelet-rs entry point: parse flags, resolve configuration, start the
-//! kubelet, stop it on SIGTERM/SIGINT (containers keep running, as upstream).
+//! kubelet-rs entry point: parse flags, resolve configuration, take the
+//! `--lock-file`, start the kubelet, stop it on SIGTERM/SIGINT or, with
+//! `--exit-on-lock-contention`, when another kubelet opens the lock file
+//! (containers keep running, as upstream).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use kubelet::App;
+use kubelet_config::lockfile::StartupLock;
 use kubelet_config::logs as logging;
-use kubelet_config::{Flags, KubeletConfig, KubeletConfiguration, deprecated_in_use};
+use kubelet_config::{Flags, KubeletConfig, KubeletConfiguration, flag_warnings};
 use tracing::{error, info, warn};
 
 /// EX_USAGE: bad flags or configuration.
@@ -51,8 +53,47 @@ async fn shutdown_signal() {
     }
 }
 
+/// Upstream `run`: the lock comes first, then the kubelet; it runs until a
+/// signal, a dead sync loop, or lock contention (which exits 0 so that the
+/// contending kubelet takes over).
+async fn run(cfg: KubeletConfig) -> ExitCode {
+    let lock = tokio::select! {
+        lock = StartupLock::take(cfg.lock_file.as_deref(), cfg.exit_on_lock_contention) => lock,
+        () = shutdown_signal() => return ExitCode::SUCCESS,
+    };
+    let mut lock = match lock {
+        Ok(l) => l,
+        Err(e) => {
+            error!(error = %e, "Failed to start kubelet");
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = match App::build(cfg).await {
+        Ok(app) => app,
+        Err(e) => {
+            error!(error = %e, "Failed to start kubelet");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut running = app.spawn();
+    let code = tokio::select! {
+        () = shutdown_signal() => ExitCode::SUCCESS,
+        () = running.sync_loop_exited() => {
+            error!("Sync loop exited unexpectedly");
+            ExitCode::FAILURE
+        }
+        event = lock.contended() => {
+            info!(%event, "Another process opened the lock file; exiting");
+            ExitCode::SUCCESS
+        }
+    };
+    running.shutdown(Duration::from_secs(10)).await;
+    drop(lock);
+    code
+}
+
 fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let flags = Flags::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     if flags.version {
         // kubeadm matches `^Kubernetes v<semver>([-0-9a-zA-Z_.+]*)?$`: our own version rides as build metadata.
         println!(
@@ -73,8 +114,8 @@ fn main() -> ExitCode {
     for field in ignored {
         warn!(%field, "Unknown field in the config file; ignored");
     }
-    for (flag, value) in deprecated_in_use(&flags) {
-        warn!(%flag, %value, "Flag is deprecated and has no effect with a CRI runtime");
+    for w in flag_warnings(&flags) {
+        warn!(flag = w.flag, value = %w.value, "{w}");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -88,23 +129,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(async move {
-        let app = match App::build(cfg).await {
-            Ok(app) => app,
-            Err(e) => {
-                error!(error = %e, "Failed to start kubelet");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut running = app.spawn();
-        let code = tokio::select! {
-            () = shutdown_signal() => ExitCode::SUCCESS,
-            () = running.sync_loop_exited() => {
-                error!("Sync loop exited unexpectedly");
-                ExitCode::FAILURE
-            }
-        };
-        running.shutdown(Duration::from_secs(10)).await;
-        code
-    })
+    let code = rt.block_on(run(cfg));
+    // A kubelet still waiting for the lock has a thread blocked in flock.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    code
 }

@@ -122,7 +122,7 @@ impl LockFile {
             .watch(&self.path, RecursiveMode::NonRecursive)
             .map_err(watch)?;
         Ok(Contention {
-            rx,
+            rx: Some(rx),
             _watcher: watcher,
         })
     }
@@ -140,18 +140,65 @@ fn is_contention(kind: &EventKind) -> bool {
 /// A running watch on the lock file.
 #[derive(Debug)]
 pub struct Contention {
-    rx: oneshot::Receiver<String>,
+    rx: Option<oneshot::Receiver<String>>,
     _watcher: RecommendedWatcher,
 }
 
 impl Contention {
     /// Resolves with a description of the first contention event (or
-    /// watcher error). If the watcher goes away without one, never resolves.
-    pub async fn wait(self) -> String {
-        let Self { rx, _watcher } = self;
-        match rx.await {
-            Ok(what) => what,
-            Err(_) => std::future::pending().await,
+    /// watcher error); after that, or if the watcher stops without one,
+    /// never resolves again. Cancel-safe.
+    pub async fn wait(&mut self) -> String {
+        if let Some(rx) = self.rx.as_mut() {
+            let got = rx.await;
+            self.rx = None;
+            if let Ok(what) = got {
+                return what;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+/// The kubelet's start-up lock step (upstream `run`): with a lock file, take
+/// it (waiting for the holder to exit) and, when asked to exit on
+/// contention, watch it. Without one, holds nothing.
+#[derive(Debug, Default)]
+pub struct StartupLock {
+    lock: Option<LockFile>,
+    contention: Option<Contention>,
+}
+
+impl StartupLock {
+    /// Takes `path` (if any) and starts the contention watch if `exit_on_contention`.
+    pub async fn take(path: Option<&Path>, exit_on_contention: bool) -> Result<Self, LockError> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        tracing::info!(path = %path.display(), "Acquiring file lock");
+        let lock = LockFile::acquire(path).await?;
+        let contention = if exit_on_contention {
+            tracing::info!(path = %path.display(), "Watching for inotify events");
+            Some(lock.watch_for_contention()?)
+        } else {
+            None
+        };
+        Ok(Self {
+            lock: Some(lock),
+            contention,
+        })
+    }
+
+    /// The held lock, if any.
+    pub fn lock(&self) -> Option<&LockFile> {
+        self.lock.as_ref()
+    }
+
+    /// Resolves when another process contends for the lock; never without a watch.
+    pub async fn contended(&mut self) -> String {
+        match self.contention.as_mut() {
+            Some(c) => c.wait().await,
+            None => std::future::pending().await,
         }
     }
 }
@@ -172,8 +219,8 @@ mod tests {
         assert!(other.try_lock().is_err(), "flock is exclusive");
         drop(other);
 
-        let contention = held.watch_for_contention().expect("watch");
-        let waiting = tokio::spawn(contention.wait());
+        let mut contention = held.watch_for_contention().expect("watch");
+        let waiting = tokio::spawn(async move { contention.wait().await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "nothing opened the file yet");
         let path2 = path.clone();
