@@ -371,7 +371,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
         .honours("0")
         .sample("10255"),
     removed("really-crash-for-testing", Bool, "1.24"),
-    removed("redirect-container-streaming", Bool, "1.20"),
+    removed("redirect-container-streaming", Bool, "1.22"),
     done("register-node", Bool).field("registerNode"),
     removed("register-schedulable", Bool, "1.34"),
     done("register-with-taints", Taints).field("registerWithTaints"),

@@ -377,6 +377,9 @@ impl clap::Args for ExtraFlags {
 }
 
 /// Flags that exist only for compatibility: (flag, value given) pairs to warn about.
+///
+/// Kept for callers of the earlier API; [`crate::flag_warnings`] covers every
+/// upstream flag (these included) with one categorised warning each.
 pub fn deprecated_in_use(f: &Flags) -> Vec<(&'static str, String)> {
     let mut out = vec![];
     let mut note = |name: &'static str, v: &Option<String>| {

@@ -185,7 +185,7 @@ const GONE_BY_1_34: &[(&str, &str)] = &[
     ("network-plugin-mtu", "1.24"),
     ("non-masquerade-cidr", "1.24"),
     ("really-crash-for-testing", "1.24"),
-    ("redirect-container-streaming", "1.20"),
+    ("redirect-container-streaming", "1.22"),
     ("register-schedulable", "1.34"),
     ("seccomp-profile-root", "1.23"),
 ];
