@@ -4,9 +4,15 @@
 //! full (never blocks a pod worker); the correlator that turns a repeat of the
 //! same event into a PATCH of `count` and `lastTimestamp`; and a token bucket
 //! with `eventRecordQPS`/`eventBurst`.
+//!
+//! As client-go's `recordToSink`: a write that fails in transport, a request
+//! deadline included, is tried again up to 12 times, 10s apart (the first wait
+//! randomised so that nodes do not retry in step); one the apiserver refuses
+//! is dropped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -24,6 +30,28 @@ use crate::clock::Clock;
 pub const QUEUE: usize = 1000;
 /// Correlation cache size (upstream `maxLruCacheEntries`).
 const CACHE: usize = 4096;
+/// Upstream `maxTriesPerEvent`.
+pub const MAX_TRIES: u32 = 12;
+/// Upstream `defaultSleepDuration` between tries.
+pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
+
+/// What became of one try to write an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Written, or refused by the apiserver (no point trying again).
+    Done,
+    /// The apiserver could not be reached or did not answer in time.
+    Retry,
+}
+
+/// Whether a failed write may succeed later (upstream `recordEvent`: retry
+/// transport errors, never the apiserver's refusals or a malformed request).
+fn retryable(e: &kube::Error) -> bool {
+    matches!(
+        e,
+        kube::Error::Service(_) | kube::Error::HyperError(_) | kube::Error::Auth(_)
+    )
+}
 
 struct Pending {
     object: ObjectReference,
@@ -125,7 +153,7 @@ impl EventSink {
         }
     }
 
-    async fn write(&mut self, p: Pending) {
+    async fn write(&mut self, p: &Pending) -> Written {
         self.limiter.acquire().await;
         let now = self.clock.now();
         let key = (
@@ -144,18 +172,22 @@ impl EventSink {
             {
                 Ok(_) => {
                     self.seen.insert(key, (ns, name, count + 1));
-                    return;
+                    return Written::Done;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     self.seen.remove(&key);
                 }
                 Err(e) => {
                     warn!(reason = %p.reason, error = %e, "Unable to update event");
-                    return;
+                    return if retryable(&e) {
+                        Written::Retry
+                    } else {
+                        Written::Done
+                    };
                 }
             }
         }
-        let ev = self.build(&p, &now);
+        let ev = self.build(p, &now);
         let ns = ev.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         match api.create(&PostParams::default(), &ev).await {
@@ -165,9 +197,44 @@ impl EventSink {
                 }
                 self.seen
                     .insert(key, (ns, created.metadata.name.unwrap_or_default(), 1));
+                Written::Done
             }
-            Err(e) => warn!(reason = %p.reason, error = %e, "Unable to write event"),
+            Err(e) => {
+                warn!(reason = %p.reason, error = %e, "Unable to write event");
+                if retryable(&e) {
+                    Written::Retry
+                } else {
+                    Written::Done
+                }
+            }
         }
+    }
+
+    /// Writes one event, trying again after transport failures; false if stopped.
+    async fn record(&mut self, p: &Pending, stop: &CancellationToken) -> bool {
+        for tries in 1..=MAX_TRIES {
+            let written = tokio::select! {
+                () = stop.cancelled() => return false,
+                w = self.write(p) => w,
+            };
+            if written == Written::Done {
+                return true;
+            }
+            if tries == MAX_TRIES {
+                warn!(reason = %p.reason, "Unable to write event (retry limit exceeded)");
+                break;
+            }
+            let wait = if tries == 1 {
+                RETRY_SLEEP.mul_f64(rand::random::<f64>())
+            } else {
+                RETRY_SLEEP
+            };
+            tokio::select! {
+                () = stop.cancelled() => return false,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        true
     }
 
     /// Drains the queue until `stop`.
@@ -177,7 +244,9 @@ impl EventSink {
                 () = stop.cancelled() => return,
                 p = self.rx.recv() => match p { Some(p) => p, None => return },
             };
-            self.write(p).await;
+            if !self.record(&p, &stop).await {
+                return;
+            }
         }
     }
 }
@@ -261,6 +330,92 @@ mod tests {
             node["involvedObject"]["namespace"].is_null(),
             "core/v1 node events have no involvedObject namespace"
         );
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_apiserver_fails_the_write_at_the_deadline_and_it_is_retried() {
+        use apiserver_double::Fault;
+        let c = Cluster::start(Default::default()).await;
+        let path = c.dir.path().join("n1-kubelet.conf");
+        c.api
+            .write_cert_kubeconfig(&path, "system:node:n1", &["system:nodes"])
+            .expect("kubeconfig");
+        let (client, _) = crate::from_kubeconfig(&path, 50.0, 100)
+            .await
+            .expect("client");
+        let (rec, sink) = channel(client, "n1", 50.0, 100, Arc::new(SystemClock));
+        let stop = CancellationToken::new();
+        tokio::spawn(sink.run(stop.clone()));
+        let posts = |c: &Cluster| {
+            c.api
+                .requests()
+                .iter()
+                .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+                .count()
+        };
+        c.api.set_fault(Fault::Hang);
+        rec.event(
+            &node_ref("n1"),
+            EventType::Normal,
+            "Starting",
+            "Starting kubelet.".into(),
+        );
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        assert!(
+            posts(&c) >= 2,
+            "the hung write ends at the deadline and is tried again, saw {} POSTs",
+            posts(&c)
+        );
+        assert!(c.api.list("events").is_empty());
+        // Later events wait behind the one being retried, in order (upstream too).
+        rec.event(
+            &node_ref("n1"),
+            EventType::Normal,
+            "NodeReady",
+            "status is now: NodeReady".into(),
+        );
+        c.api.set_fault(Fault::None);
+        tokio::time::sleep(Duration::from_secs(80)).await;
+        let reasons: Vec<String> = c
+            .api
+            .list("events")
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect();
+        assert!(reasons.contains(&"Starting".to_string()), "{reasons:?}");
+        assert!(reasons.contains(&"NodeReady".to_string()), "{reasons:?}");
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_event_is_not_retried() {
+        use apiserver_double::Fault;
+        let c = Cluster::start(Default::default()).await;
+        let (rec, sink) = channel(
+            c.node_client("n1").await,
+            "n1",
+            50.0,
+            100,
+            Arc::new(SystemClock),
+        );
+        let stop = CancellationToken::new();
+        tokio::spawn(sink.run(stop.clone()));
+        c.api.set_fault(Fault::ServerError);
+        rec.event(
+            &node_ref("n1"),
+            EventType::Normal,
+            "Starting",
+            "Starting kubelet.".into(),
+        );
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        let posts = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+            .count();
+        assert_eq!(posts, 1, "an apiserver error status is final");
         stop.cancel();
     }
 

@@ -1,8 +1,13 @@
 //! The apiserver client (upstream `buildKubeletClientConfig` /
 //! `kubeClientConfigOverrides`): a kube-rs [`Client`] from a kubeconfig, over
 //! rustls, with the client certificate behind a [`DynamicCert`] so rotation
-//! needs no restart, and client-side rate limiting (`kubeAPIQPS`/`kubeAPIBurst`).
+//! needs no restart, client-side rate limiting (`kubeAPIQPS`/`kubeAPIBurst`)
+//! and a deadline on every request ([`deadline`]).
+//!
+//! The tower stack, outermost first: base URI, auth, rate limit, deadline,
+//! the connection pool of the current certificate.
 
+pub mod deadline;
 pub mod dynamic_cert;
 pub mod rate_limit;
 
@@ -19,8 +24,45 @@ use kube::{Client, Config};
 use secrecy::ExposeSecret;
 use tower::ServiceBuilder;
 
+pub use deadline::{DEFAULT_REQUEST_TIMEOUT, RequestTimeout, is_timeout};
 pub use dynamic_cert::{DynamicCert, certified_key};
 pub use rate_limit::TokenBucket;
+
+/// Upstream's dialer keepalive (`net.Dialer{KeepAlive: 30s}`): how a watch on a
+/// connection whose peer vanished finds out.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// How a client talks to the apiserver.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClientOptions {
+    /// Sustained requests per second (`kubeAPIQPS`).
+    pub qps: f64,
+    /// Burst above `qps` (`kubeAPIBurst`).
+    pub burst: u32,
+    /// Deadline of each request; watches are bounded by their `timeoutSeconds`
+    /// instead (see [`deadline`]).
+    pub request_timeout: Duration,
+}
+
+impl ClientOptions {
+    /// `qps` and `burst`, with the default deadline.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        Self {
+            qps,
+            burst,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// The same, with `request_timeout`.
+    #[must_use]
+    pub fn with_request_timeout(self, request_timeout: Duration) -> Self {
+        Self {
+            request_timeout,
+            ..self
+        }
+    }
+}
 
 /// Why a client cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -104,11 +146,23 @@ pub async fn load(path: &Path) -> Result<Loaded, ClientError> {
     Ok(Loaded { config, identity })
 }
 
-/// Builds a client for `loaded`, presenting whatever `cert` holds.
+/// Builds a client for `loaded`, presenting whatever `cert` holds, with the
+/// default request deadline.
 pub fn build(
     loaded: &Loaded,
     cert: Arc<DynamicCert>,
     limiter: Arc<TokenBucket>,
+) -> Result<Client, ClientError> {
+    build_with(loaded, cert, limiter, DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// Builds a client for `loaded`, presenting whatever `cert` holds; each
+/// request gets `request_timeout`.
+pub fn build_with(
+    loaded: &Loaded,
+    cert: Arc<DynamicCert>,
+    limiter: Arc<TokenBucket>,
+    request_timeout: Duration,
 ) -> Result<Client, ClientError> {
     let mut config = loaded.config.clone();
     // The identity comes from the resolver, not from the static config.
@@ -126,6 +180,8 @@ pub fn build(
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(connect_timeout);
+        http.set_keepalive(Some(TCP_KEEPALIVE));
+        http.set_keepalive_interval(Some(TCP_KEEPALIVE));
         // Fresh session cache too: a resumed TLS session would carry the old identity.
         let mut tls = tls.clone();
         tls.resumption = rustls::client::Resumption::in_memory_sessions(64);
@@ -140,7 +196,7 @@ pub fn build(
     // A new certificate gets a new connection pool: later requests handshake
     // with it, while requests in flight (the pod watch) keep their connection.
     let pool = Arc::new(parking_lot::Mutex::new((cert.generation(), make())));
-    let limited = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+    let connections = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let hyper = {
             let mut p = pool.lock();
             let generation = cert.generation();
@@ -149,11 +205,7 @@ pub fn build(
             }
             p.1.clone()
         };
-        let limiter = limiter.clone();
-        async move {
-            limiter.acquire().await;
-            hyper.request(req).await.map_err(tower::BoxError::from)
-        }
+        async move { hyper.request(req).await.map_err(tower::BoxError::from) }
     });
     let auth = config
         .auth_layer()
@@ -161,15 +213,26 @@ pub fn build(
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(auth)
-        .service(limited);
+        .layer(rate_limit::RateLimitLayer::new(limiter))
+        .layer(deadline::DeadlineLayer::new(request_timeout))
+        .service(connections);
     Ok(Client::new(service, config.default_namespace.clone()))
 }
 
-/// Loads a kubeconfig and builds a client with its own identity.
+/// Loads a kubeconfig and builds a client with its own identity and the
+/// default request deadline.
 pub async fn from_kubeconfig(
     path: &Path,
     qps: f64,
     burst: u32,
+) -> Result<(Client, Arc<DynamicCert>), ClientError> {
+    from_kubeconfig_with(path, ClientOptions::new(qps, burst)).await
+}
+
+/// Loads a kubeconfig and builds a client with its own identity.
+pub async fn from_kubeconfig_with(
+    path: &Path,
+    options: ClientOptions,
 ) -> Result<(Client, Arc<DynamicCert>), ClientError> {
     let loaded = load(path).await?;
     let cert = Arc::new(DynamicCert::default());
@@ -179,10 +242,11 @@ pub async fn from_kubeconfig(
             message: e.to_string(),
         })?);
     }
-    let client = build(
+    let client = build_with(
         &loaded,
         cert.clone(),
-        Arc::new(TokenBucket::new(qps, burst)),
+        Arc::new(TokenBucket::new(options.qps, options.burst)),
+        options.request_timeout,
     )?;
     Ok((client, cert))
 }
@@ -202,7 +266,19 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// The kubelet's own client (this module's stack) for node `n1`.
+    async fn kubelet_client(c: &Cluster, options: ClientOptions) -> Client {
+        let path = c.dir.path().join("n1-kubelet.conf");
+        c.api
+            .write_cert_kubeconfig(&path, "system:node:n1", &["system:nodes"])
+            .expect("kubeconfig");
+        from_kubeconfig_with(&path, options)
+            .await
+            .expect("client")
+            .0
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn unauthenticated_forbidden_and_injected_faults_are_errors_not_panics() {
         let c = Cluster::start(Options::default()).await;
         let dir = c.dir.path();
@@ -227,15 +303,24 @@ mod tests {
             403
         );
 
-        let node = c.node_client("n1").await;
+        let node = kubelet_client(&c, ClientOptions::new(5.0, 10)).await;
         let nodes: Api<Node> = Api::all(node);
         c.api.set_fault(Fault::ServerError);
         assert_eq!(code(nodes.get_opt("n1").await), 500);
         c.api.set_fault(Fault::Hang);
-        let hung = tokio::time::timeout(Duration::from_millis(500), nodes.get_opt("n1")).await;
+        let started = tokio::time::Instant::now();
+        let hung = tokio::time::timeout(DEFAULT_REQUEST_TIMEOUT * 2, nodes.get_opt("n1"))
+            .await
+            .expect("the client bounds the request, not this guard");
+        let took = started.elapsed();
         assert!(
-            hung.is_err(),
-            "a hanging apiserver hangs the request, not the caller"
+            matches!(&hung, Err(e @ kube::Error::Service(_)) if is_timeout(e)),
+            "a hanging apiserver gives the bounded error: {hung:?}"
+        );
+        assert!(
+            took >= DEFAULT_REQUEST_TIMEOUT
+                && took < DEFAULT_REQUEST_TIMEOUT + Duration::from_secs(1),
+            "at the default deadline, took {took:?}"
         );
         c.api.set_fault(Fault::None);
         assert!(nodes.get_opt("n1").await.expect("healthy again").is_none());
@@ -246,6 +331,92 @@ mod tests {
         );
         c.api.set_up(true);
         assert!(nodes.get_opt("n1").await.is_ok(), "and back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_is_configurable_and_starts_after_the_rate_limiter() {
+        let c = Cluster::start(Options::default()).await;
+        let timeout = Duration::from_secs(5);
+        // One token, then one every 20s: longer than the deadline.
+        let options = ClientOptions::new(0.05, 1).with_request_timeout(timeout);
+        let nodes: Api<Node> = Api::all(kubelet_client(&c, options).await);
+        c.api.set_fault(Fault::Hang);
+        let started = tokio::time::Instant::now();
+        let hung = tokio::time::timeout(timeout * 2, nodes.get_opt("n1"))
+            .await
+            .expect("the client bounds the request, not this guard");
+        let took = started.elapsed();
+        assert!(matches!(&hung, Err(e) if is_timeout(e)), "{hung:?}");
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(1),
+            "bounded by the configured deadline, took {took:?}"
+        );
+        c.api.set_fault(Fault::None);
+        // The next token comes 20s after the first: a throttled request waits
+        // for it and still succeeds (client-go throttles before the deadline).
+        let started = tokio::time::Instant::now();
+        let throttled = nodes.get_opt("n1").await;
+        assert!(throttled.is_ok(), "{throttled:?}");
+        assert!(
+            started.elapsed() >= Duration::from_secs(14),
+            "waited for its token, took {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// Real time: under paused time the double's watch events reach the
+    /// client only once the runtime has no timer left to jump to (even with a
+    /// plain kube client), so a paused test would measure the harness. The
+    /// body deadline itself is tested on paused time in [`deadline`].
+    #[tokio::test]
+    async fn a_watch_is_not_cut_by_the_request_deadline() {
+        use futures::StreamExt;
+        use kube::api::{PostParams, WatchEvent, WatchParams};
+        let c = Cluster::start(Options::default()).await;
+        let timeout = Duration::from_millis(500);
+        let options = ClientOptions::new(50.0, 100).with_request_timeout(timeout);
+        let pods: Api<Pod> = Api::all(kubelet_client(&c, options).await);
+        let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
+        let started = tokio::time::Instant::now();
+        let stream = pods
+            .watch(&WatchParams::default().timeout(3), "0")
+            .await
+            .expect("watch");
+        let reader = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut seen = vec![];
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Added(p)) => {
+                        seen.push((p.metadata.name.unwrap_or_default(), started.elapsed()));
+                    }
+                    other => panic!(
+                        "the watch runs until its timeoutSeconds: {other:?} at {:?}, saw {seen:?}",
+                        started.elapsed()
+                    ),
+                }
+            }
+            (seen, started.elapsed())
+        });
+        for (i, at) in [1000u64, 2000].into_iter().enumerate() {
+            tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+            let p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{i}")},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+            .expect("pod");
+            admin.create(&PostParams::default(), &p).await.expect("pod");
+        }
+        let (seen, ended) = reader.await.expect("reader");
+        let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["p0", "p1"], "{seen:?}");
+        assert!(
+            seen[1].1 >= Duration::from_secs(2) && seen[1].1 < Duration::from_secs(3),
+            "delivered live, long after the request deadline: {seen:?}"
+        );
+        assert!(
+            ended >= Duration::from_secs(3) && ended < Duration::from_millis(3500),
+            "ended by the server at timeoutSeconds, not by the deadline: {ended:?}"
+        );
     }
 
     #[tokio::test]

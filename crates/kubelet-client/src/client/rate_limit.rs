@@ -2,10 +2,15 @@
 //! configured by `kubeAPIQPS`/`kubeAPIBurst` and `eventRecordQPS`/`eventBurst`):
 //! `burst` tokens, refilled at `qps` per second; a caller without a token waits.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
 
 /// A token bucket.
 #[derive(Debug)]
@@ -46,6 +51,63 @@ impl TokenBucket {
         while let Err(wait) = self.try_take() {
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+/// Makes each request wait for a token of a shared bucket (client-go's
+/// `tryThrottle`, which runs before the request's deadline starts).
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<TokenBucket>,
+}
+
+impl RateLimitLayer {
+    /// Requests take tokens from `limiter`.
+    pub fn new(limiter: Arc<TokenBucket>) -> Self {
+        Self { limiter }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// A service whose requests wait for a token first.
+#[derive(Debug, Clone)]
+pub struct RateLimited<S> {
+    inner: S,
+    limiter: Arc<TokenBucket>,
+}
+
+impl<S, R> Service<R> for RateLimited<S>
+where
+    S: Service<R> + Clone + Send + 'static,
+    S::Future: Send,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The inner service's readiness is awaited after the token, in `call`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let inner = self.inner.clone();
+        let limiter = self.limiter.clone();
+        Box::pin(async move {
+            limiter.acquire().await;
+            inner.oneshot(req).await
+        })
     }
 }
 
