@@ -207,6 +207,16 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The config every sandbox was created with, for assertions.
+    pub fn sandbox_configs(&self) -> Vec<pb::PodSandboxConfig> {
+        self.state
+            .lock()
+            .sandboxes
+            .values()
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
     /// Every sandbox status, for assertions.
     pub fn sandboxes(&self) -> Vec<pb::PodSandboxStatus> {
         self.state
@@ -396,6 +406,7 @@ impl RuntimeService for FakeRuntime {
             image_id,
             labels: config.labels.clone(),
             annotations: config.annotations.clone(),
+            mounts: config.mounts.clone(),
             log_path: config.log_path.clone(),
             ..Default::default()
         };

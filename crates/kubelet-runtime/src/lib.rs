@@ -32,13 +32,15 @@ pub use runtime_config::RuntimeConfig;
 pub use sandbox::qos_class as sandbox_qos_class;
 
 /// The `PodSandboxConfig` kubelet-rs sends for `pod` (for benchmarks and tools
-/// that must create exactly what the kubelet would).
+/// that must create exactly what the kubelet would). Reads `resolv.conf` on
+/// the calling thread; the kubelet itself reads it off the async runtime.
 pub fn generate_sandbox_config(
     cfg: &RuntimeConfig,
     pod: &k8s_openapi::api::core::v1::Pod,
     attempt: u32,
 ) -> cri::pb::PodSandboxConfig {
-    sandbox::sandbox_config(cfg, pod, attempt)
+    let host_dns = sandbox::HostDns::read_blocking(&cfg.resolv_conf);
+    sandbox::sandbox_config(cfg, pod, attempt, &host_dns)
 }
 
 /// The `ContainerConfig` kubelet-rs sends for a container of `pod`.

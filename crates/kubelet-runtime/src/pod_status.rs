@@ -119,7 +119,9 @@ pub fn from_nanos(ns: i64) -> Option<SystemTime> {
     (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0)))
 }
 
-/// Builds a container status from the CRI answer.
+/// Builds a container status from the CRI answer. The message is the
+/// runtime's; the runtime manager replaces it with the termination message,
+/// which it reads off the async runtime.
 pub fn container_status_from_cri(s: &pb::ContainerStatus, sandbox_id: &str) -> ContainerStatus {
     let ann = |k: &str| s.annotations.get(k).cloned().unwrap_or_default();
     ContainerStatus {
@@ -150,6 +152,6 @@ pub fn container_status_from_cri(s: &pb::ContainerStatus, sandbox_id: &str) -> C
         hash_version: s.annotations.get(labels::CONTAINER_HASH_VERSION).cloned(),
         restart_count: ann(labels::CONTAINER_RESTART_COUNT).parse().unwrap_or(0),
         reason: s.reason.clone(),
-        message: crate::termination::message(s).unwrap_or_else(|| s.message.clone()),
+        message: s.message.clone(),
     }
 }

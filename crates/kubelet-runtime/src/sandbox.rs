@@ -51,33 +51,64 @@ pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
     }
 }
 
-/// Reads nameservers, search domains and options from a resolv.conf.
-fn read_resolv_conf(path: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let (mut servers, mut searches, mut options) = (vec![], vec![], vec![]);
-    if path.is_empty() {
-        return (servers, searches, options);
+/// The node's resolver settings from its resolv.conf (upstream
+/// `dns.Configurer.getHostDNSConfig`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HostDns {
+    servers: Vec<String>,
+    searches: Vec<String>,
+    options: Vec<String>,
+}
+
+impl HostDns {
+    /// Nameservers, search domains and options of a resolv.conf text.
+    pub(crate) fn parse(text: &str) -> Self {
+        let mut out = Self::default();
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            match f.next() {
+                Some("nameserver") => out.servers.extend(f.next().map(String::from)),
+                Some("search") | Some("domain") => out.searches = f.map(String::from).collect(),
+                Some("options") => out.options.extend(f.map(String::from)),
+                _ => {}
+            }
+        }
+        out
     }
-    let Ok(text) = std::fs::read_to_string(path) else {
+
+    fn unreadable(path: &str) -> Self {
         tracing::warn!(
             path,
             "Cannot read resolv.conf; pods with dnsPolicy Default get no DNS config"
         );
-        return (servers, searches, options);
-    };
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        match f.next() {
-            Some("nameserver") => servers.extend(f.next().map(String::from)),
-            Some("search") | Some("domain") => searches = f.map(String::from).collect(),
-            Some("options") => options.extend(f.map(String::from)),
-            _ => {}
+        Self::default()
+    }
+
+    /// Reads `path` ("" disables host DNS) off the async runtime.
+    pub(crate) async fn read(path: &str) -> Self {
+        if path.is_empty() {
+            return Self::default();
+        }
+        match tokio::fs::read_to_string(path).await {
+            Ok(text) => Self::parse(&text),
+            Err(_) => Self::unreadable(path),
         }
     }
-    (servers, searches, options)
+
+    /// Reads `path` on the calling thread, for tools outside the kubelet.
+    pub(crate) fn read_blocking(path: &str) -> Self {
+        if path.is_empty() {
+            return Self::default();
+        }
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text),
+            Err(_) => Self::unreadable(path),
+        }
+    }
 }
 
 /// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
-pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod) -> pb::DnsConfig {
+pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::DnsConfig {
     let spec = p.spec.as_ref();
     let policy = spec
         .and_then(|s| s.dns_policy.as_deref())
@@ -90,7 +121,11 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod) -> pb::DnsConfig {
     };
     let mut out = pb::DnsConfig::default();
     if policy != "None" {
-        let (servers, searches, options) = read_resolv_conf(&cfg.resolv_conf);
+        let HostDns {
+            servers,
+            searches,
+            options,
+        } = host.clone();
         if cluster_first && !cfg.cluster_dns.is_empty() {
             out.servers.clone_from(&cfg.cluster_dns);
             let ns = pod::namespace(p);
@@ -160,7 +195,12 @@ fn port_mappings(p: &Pod) -> Vec<pb::PortMapping> {
 }
 
 /// The full `PodSandboxConfig` for `p` at sandbox `attempt`.
-pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::PodSandboxConfig {
+pub(crate) fn sandbox_config(
+    cfg: &RuntimeConfig,
+    p: &Pod,
+    attempt: u32,
+    host_dns: &HostDns,
+) -> pb::PodSandboxConfig {
     let spec = p.spec.as_ref();
     let psc = spec.and_then(|s| s.security_context.as_ref());
     let sysctls = psc
@@ -187,7 +227,7 @@ pub(crate) fn sandbox_config(cfg: &RuntimeConfig, p: &Pod, attempt: u32) -> pb::
         log_directory: pod_logs_dir(&cfg.pod_logs_dir, p)
             .to_string_lossy()
             .into_owned(),
-        dns_config: Some(dns_config(cfg, p)),
+        dns_config: Some(dns_config(cfg, p, host_dns)),
         port_mappings: port_mappings(p),
         labels: labels::sandbox_labels(p),
         annotations: labels::sandbox_annotations(p),
@@ -223,7 +263,7 @@ mod tests {
             serde_json::json!({"metadata": {"name": "a", "namespace": "ns1", "uid": "u"},
             "spec": {"containers": []}}),
         );
-        let d = dns_config(&cfg(), &p);
+        let d = dns_config(&cfg(), &p, &HostDns::default());
         assert_eq!(d.servers, vec!["10.96.0.10"]);
         assert_eq!(
             d.searches,
@@ -237,11 +277,15 @@ mod tests {
         // hostNetwork with ClusterFirst uses the node's resolver instead.
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"hostNetwork": true, "containers": []}}));
-        assert!(dns_config(&cfg(), &p).servers.is_empty());
+        assert!(
+            dns_config(&cfg(), &p, &HostDns::default())
+                .servers
+                .is_empty()
+        );
         // dnsPolicy None takes only the pod's dnsConfig.
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["1.1.1.1"], "options": [{"name": "ndots", "value": "2"}]}, "containers": []}}));
-        let d = dns_config(&cfg(), &p);
+        let d = dns_config(&cfg(), &p, &HostDns::default());
         assert_eq!(d.servers, vec!["1.1.1.1"]);
         assert_eq!(d.options, vec!["ndots:2"]);
     }
@@ -274,7 +318,7 @@ mod tests {
             serde_json::json!({"metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "x"}},
             "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}),
         );
-        let c = sandbox_config(&cfg(), &p, 2);
+        let c = sandbox_config(&cfg(), &p, 2, &HostDns::default());
         assert_eq!(
             c.labels.get("io.kubernetes.pod.name").map(String::as_str),
             Some("web")
@@ -290,7 +334,7 @@ mod tests {
         assert_eq!(c.hostname, "web");
         let hn = pod(serde_json::json!({"metadata": {"name": "web", "uid": "u1"},
             "spec": {"hostNetwork": true, "containers": [{"name": "c"}]}}));
-        let c = sandbox_config(&cfg(), &hn, 0);
+        let c = sandbox_config(&cfg(), &hn, 0, &HostDns::default());
         assert_eq!(
             c.hostname, "",
             "runc refuses a hostname without a private UTS namespace"

@@ -21,23 +21,30 @@ pub(crate) fn pod_dir(root: &Path, uid: &str) -> PathBuf {
     root.join("pods").join(uid)
 }
 
-/// Creates the termination message file for a new container instance and
-/// returns the mount for it, or `None` when the container has no path set.
-pub(crate) fn prepare(
+/// Creates the termination message file for a new container instance, off
+/// the async runtime, and returns the mount for it, or `None` when the
+/// container has no path set.
+pub(crate) async fn prepare(
     root: &Path,
     p: &Pod,
     c: &Container,
     restart_count: i32,
 ) -> std::io::Result<Option<pb::Mount>> {
-    let Some(target) = c
-        .termination_message_path
-        .as_deref()
-        .filter(|t| !t.is_empty())
-    else {
+    let Some(target) = c.termination_message_path.clone().filter(|t| !t.is_empty()) else {
         return Ok(None);
     };
     let dir = pod_dir(root, pod::uid(p)).join("containers").join(&c.name);
-    std::fs::create_dir_all(&dir)?;
+    tokio::task::spawn_blocking(move || create_message_file(&dir, &target, restart_count))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+fn create_message_file(
+    dir: &Path,
+    target: &str,
+    restart_count: i32,
+) -> std::io::Result<Option<pb::Mount>> {
+    std::fs::create_dir_all(dir)?;
     let file = dir.join(format!("{restart_count}-{:08x}", rand_suffix()));
     std::fs::File::create(&file)?;
     // Any container user must be able to write it, as upstream.
@@ -86,8 +93,20 @@ fn log_tail(path: &str) -> Option<String> {
 }
 
 /// The message of an exited container, from its termination message file or,
-/// with `FallbackToLogsOnError` after a failure, its log. `None` keeps the runtime's message.
-pub(crate) fn message(s: &pb::ContainerStatus) -> Option<String> {
+/// with `FallbackToLogsOnError` after a failure, its log, read off the async
+/// runtime. `None` keeps the runtime's message.
+pub(crate) async fn message(s: &pb::ContainerStatus) -> Option<String> {
+    if s.state != pb::ContainerState::ContainerExited as i32 {
+        return None;
+    }
+    let s = s.clone();
+    tokio::task::spawn_blocking(move || message_blocking(&s))
+        .await
+        .ok()
+        .flatten()
+}
+
+fn message_blocking(s: &pb::ContainerStatus) -> Option<String> {
     if s.state != pb::ContainerState::ContainerExited as i32 {
         return None;
     }
@@ -137,14 +156,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn message_from_file_then_from_logs() {
+    #[tokio::test]
+    async fn message_from_file_then_from_logs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "uid": "u"},
             "spec": {"containers": [{"name": "c", "terminationMessagePath": "/dev/termination-log"}]}}))
         .expect("pod");
         let c = &pod::containers(&p)[0];
         let mount = prepare(dir.path(), &p, c, 0)
+            .await
             .expect("prepare")
             .expect("mount");
         assert_eq!(mount.container_path, "/dev/termination-log");
@@ -171,7 +191,10 @@ mod tests {
         std::fs::write(&log, "2026-01-01T00:00:00Z stdout F first line\n2026-01-01T00:00:01Z stderr F boom: it broke\n")
             .expect("log");
         let s = exited(&ann, vec![mount.clone()], 1, &log.to_string_lossy());
-        assert_eq!(message(&s).as_deref(), Some("first line\nboom: it broke"));
+        assert_eq!(
+            message(&s).await.as_deref(),
+            Some("first line\nboom: it broke")
+        );
         // Exit 0: no fallback.
         assert_eq!(
             message(&exited(
@@ -179,11 +202,12 @@ mod tests {
                 vec![mount.clone()],
                 0,
                 &log.to_string_lossy()
-            )),
+            ))
+            .await,
             None
         );
         // The file wins when the container wrote it.
         std::fs::write(&mount.host_path, "goodbye").expect("write");
-        assert_eq!(message(&s).as_deref(), Some("goodbye"));
+        assert_eq!(message(&s).await.as_deref(), Some("goodbye"));
     }
 }

@@ -86,7 +86,7 @@ impl KubeRuntimeManager {
                 source,
             })?;
         let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
-        match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count) {
+        match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count).await {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}
             Err(source) => {

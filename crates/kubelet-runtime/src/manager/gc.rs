@@ -13,6 +13,9 @@ use super::KubeRuntimeManager;
 use crate::Result;
 use crate::pod_status::{ContainerState, PodStatus};
 
+/// Where the cgroup hierarchies are mounted.
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
 impl KubeRuntimeManager {
     /// Removes sandboxes that are not ready, not the newest, and hold no
     /// containers any more (upstream container GC's `evictSandboxes`), so a
@@ -67,11 +70,14 @@ impl KubeRuntimeManager {
             }
         }
         if self.cfg.cgroup_driver == CgroupDriver::Cgroupfs {
-            crate::cgroups::remove_pod_cgroups(
-                Path::new("/sys/fs/cgroup"),
-                &self.cfg.cgroup_root,
-                &status.uid,
-            );
+            let (root, uid) = (self.cfg.cgroup_root.clone(), status.uid.clone());
+            // Directory removal is blocking IO: off the async runtime.
+            let removal = tokio::task::spawn_blocking(move || {
+                crate::cgroups::remove_pod_cgroups(Path::new(CGROUP_MOUNT), &root, &uid)
+            });
+            if let Err(e) = removal.await {
+                warn!(error = %e, "Pod cgroup removal did not run");
+            }
         }
         let data = crate::termination::pod_dir(&self.cfg.root_dir, &status.uid);
         if let Err(e) = tokio::fs::remove_dir_all(&data).await

@@ -30,7 +30,7 @@ use crate::backoff::Backoff;
 use crate::images::ImageManager;
 use crate::pod_status::{PodStatus, container_status_from_cri};
 use crate::runtime_config::RuntimeConfig;
-use crate::sandbox::sandbox_config;
+use crate::sandbox::{HostDns, sandbox_config};
 use crate::{Error, Result};
 
 /// Outcome of one pod sync.
@@ -204,9 +204,13 @@ impl KubeRuntimeManager {
         }
         for (r, c) in ct.into_iter().zip(&containers) {
             match r {
-                Ok(s) => status
-                    .containers
-                    .push(container_status_from_cri(&s, &c.pod_sandbox_id)),
+                Ok(s) => {
+                    let mut cs = container_status_from_cri(&s, &c.pod_sandbox_id);
+                    if let Some(m) = crate::termination::message(&s).await {
+                        cs.message = m;
+                    }
+                    status.containers.push(cs);
+                }
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
@@ -283,7 +287,16 @@ impl KubeRuntimeManager {
         if actions.kill_pod && !actions.create_sandbox {
             return result;
         }
-        let sandbox_cfg = sandbox_config(&self.cfg, p, actions.attempt);
+        if !actions.create_sandbox
+            && actions.next_init_container.is_none()
+            && actions.containers_to_start.is_empty()
+        {
+            // Nothing to create or start: no sandbox config to build.
+            self.remove_dead_sandboxes(status).await;
+            return result;
+        }
+        let host_dns = HostDns::read(&self.cfg.resolv_conf).await;
+        let sandbox_cfg = sandbox_config(&self.cfg, p, actions.attempt, &host_dns);
         let sandbox_id = match self.ensure_sandbox(p, &actions, &sandbox_cfg).await {
             Ok(id) => id,
             Err(e) => {
