@@ -16,6 +16,8 @@ pub mod fake;
 pub use error::{CriError, Result};
 pub use remote::{RemoteRuntime, endpoint_path};
 pub use service::{ImageService, RuntimeService};
+/// The gRPC status code carried by [`CriError::Rpc`].
+pub use tonic::Code;
 
 /// Generated protobuf messages and gRPC stubs for `runtime.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

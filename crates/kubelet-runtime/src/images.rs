@@ -26,7 +26,19 @@ pub struct ImageManager {
 }
 
 fn err(reason: &'static str, message: String) -> Error {
-    Error::Container { reason, message }
+    Error::Container {
+        reason,
+        message,
+        source: None,
+    }
+}
+
+fn cri_err(reason: &'static str, message: String, source: cri::CriError) -> Error {
+    Error::Container {
+        reason,
+        message,
+        source: Some(source),
+    }
 }
 
 impl ImageManager {
@@ -61,9 +73,10 @@ impl ImageManager {
         let event =
             |kind, reason: &str, message: String| self.recorder.event(&obj, kind, reason, message);
         let present = self.images.image_status(image).await.map_err(|e| {
-            err(
+            cri_err(
                 "ImageInspectError",
                 format!("Failed to inspect image {image:?}: {e}"),
+                e,
             )
         })?;
         match (policy, present) {
@@ -161,10 +174,8 @@ impl ImageManager {
                     reason::FAILED,
                     format!("Failed to pull image {image:?}: {}", e.message()),
                 );
-                Err(err(
-                    "ErrImagePull",
-                    format!("failed to pull image {image:?}: {}", e.message()),
-                ))
+                let message = format!("failed to pull image {image:?}: {}", e.message());
+                Err(cri_err("ErrImagePull", message, e))
             }
         }
     }

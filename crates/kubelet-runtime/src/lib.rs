@@ -25,7 +25,7 @@ mod termination;
 /// Resource quantities; moved to [`kubelet_types::quantity`] and re-exported here.
 pub use kubelet_types::quantity;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, RetryClass};
 pub use manager::{KubeRuntimeManager, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
 pub use runtime_config::RuntimeConfig;

@@ -57,6 +57,7 @@ impl KubeRuntimeManager {
                 return Err(Error::Container {
                     reason: "CrashLoopBackOff",
                     message,
+                    source: None,
                 });
             }
             self.backoff.next(&key, event, now);
@@ -64,7 +65,10 @@ impl KubeRuntimeManager {
         let image_ref = match self.images.ensure_image_exists(p, c, now).await {
             Ok(r) => r,
             Err(e) => {
-                if let Error::Container { reason, message } = &e {
+                if let Error::Container {
+                    reason, message, ..
+                } = &e
+                {
                     self.set_reason(uid, &c.name, reason, message.clone());
                     self.recorder.event(
                         &pod_ref(p, Some(&c.name)),
@@ -114,6 +118,7 @@ impl KubeRuntimeManager {
                 return Err(Error::Container {
                     reason: "CreateContainerError",
                     message,
+                    source: Some(e),
                 });
             }
         };
@@ -135,6 +140,7 @@ impl KubeRuntimeManager {
             return Err(Error::Container {
                 reason: "RunContainerError",
                 message,
+                source: Some(e),
             });
         }
         self.clear_reason(uid, &c.name);

@@ -19,10 +19,7 @@ impl KubeRuntimeManager {
         cfg: &pb::PodSandboxConfig,
     ) -> Result<String> {
         if !a.create_sandbox {
-            return a
-                .sandbox_id
-                .clone()
-                .ok_or_else(|| Error::CreateSandbox("no sandbox to reuse".into()));
+            return a.sandbox_id.clone().ok_or(Error::NoSandbox);
         }
         let dir = pod_logs_dir(&self.cfg.pod_logs_dir, p);
         tokio::fs::create_dir_all(&dir)
@@ -44,7 +41,7 @@ impl KubeRuntimeManager {
                     reason::FAILED_CREATE_POD_SANDBOX,
                     message.clone(),
                 );
-                Error::CreateSandbox(message)
+                Error::CreateSandbox(e)
             })?;
         info!(sandbox.id = %id, "Created pod sandbox");
         Ok(id)

@@ -521,6 +521,83 @@ async fn a_slow_termination_message_does_not_block_the_runtime() {
     );
 }
 
+#[tokio::test]
+async fn failures_keep_their_cri_error_and_retry_class() {
+    use crate::RetryClass;
+    use cri::CriError;
+    let fake = FakeRuntime::new();
+    let dir = tempfile_dir();
+    let m = manager(&fake, dir.path());
+    let p = pod("Always");
+    // The runtime is restarting: sandbox creation fails, retryable.
+    fake.fail_next(
+        "RunPodSandbox",
+        CriError::Unavailable {
+            op: "RunPodSandbox",
+            message: "connection refused".into(),
+        },
+    );
+    let (_, r) = sync(&m, &p, SystemTime::now()).await;
+    let e = r.errors.first().expect("an error");
+    assert!(
+        matches!(e, Error::CreateSandbox(CriError::Unavailable { .. })),
+        "{e:?}"
+    );
+    assert_eq!(e.reason(), "FailedCreatePodSandBox");
+    assert_eq!(e.retry_class(), RetryClass::Transient);
+    assert!(e.is_retryable());
+    assert!(e.to_string().contains("connection refused"), "{e}");
+    assert!(
+        std::error::Error::source(e).is_some(),
+        "the CRI error is the source"
+    );
+    // The runtime refuses: same reason, retried on backoff.
+    fake.fail_next(
+        "RunPodSandbox",
+        CriError::Rpc {
+            op: "RunPodSandbox",
+            code: cri::Code::Unknown,
+            message: "failed to setup network for sandbox".into(),
+        },
+    );
+    let (_, r) = sync(&m, &p, SystemTime::now()).await;
+    let e = r.errors.first().expect("an error");
+    assert!(
+        matches!(e, Error::CreateSandbox(CriError::Rpc { .. })),
+        "{e:?}"
+    );
+    assert_eq!(e.retry_class(), RetryClass::Backoff);
+    // A container that cannot be created keeps the runtime's error too.
+    fake.fail_next(
+        "CreateContainer",
+        CriError::Timeout {
+            op: "CreateContainer",
+            timeout: Duration::from_secs(2),
+        },
+    );
+    let (s, r) = sync(&m, &p, SystemTime::now()).await;
+    let e = r.errors.first().expect("an error");
+    assert_eq!(e.reason(), "CreateContainerError");
+    assert!(e.is_retryable(), "{e:?}");
+    // kill_pod gives the crate's typed error.
+    fake.fail_next(
+        "StopPodSandbox",
+        CriError::Unavailable {
+            op: "StopPodSandbox",
+            message: "down".into(),
+        },
+    );
+    let e = m
+        .kill_pod(&s, Duration::from_secs(2), true)
+        .await
+        .expect_err("kill fails");
+    assert!(
+        matches!(e, Error::Cri(CriError::Unavailable { .. })),
+        "{e:?}"
+    );
+    assert!(e.is_retryable());
+}
+
 fn tempfile_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
