@@ -1,7 +1,8 @@
 //! The kubelet's Node (upstream `kubelet_node_status.go`, `pkg/kubelet/nodestatus`,
 //! `pkg/kubelet/nodelease`): registration and the status loop ([`nodestatus`]),
 //! the node lease ([`nodelease`]), the node's addresses ([`node_ip`]) and host
-//! facts ([`nodestatus::machine`]).
+//! facts ([`nodestatus::machine`]), and upstream's version parsing
+//! ([`version`]) for the runtime's version.
 //!
 //! Node status reads the runtime's health through [`RuntimeState`], which the
 //! agent implements (upstream passes `runtimeState.runtimeErrors` and
@@ -10,6 +11,7 @@
 pub mod node_ip;
 pub mod nodelease;
 pub mod nodestatus;
+pub mod version;
 
 /// The runtime's health as node status sees it (upstream `runtimeState`'s
 /// `runtimeErrors` and `networkErrors`): non-empty means the node is NotReady.

@@ -204,6 +204,57 @@ mod tests {
         let _ = task.await;
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_apiserver_fails_a_renewal_at_the_deadline_and_renewals_resume() {
+        use apiserver_double::Fault;
+        use kubelet_client::client::{DEFAULT_REQUEST_TIMEOUT, is_timeout};
+        let c = Cluster::start(Default::default()).await;
+        let path = c.dir.path().join("n1-kubelet.conf");
+        c.api
+            .write_cert_kubeconfig(&path, "system:node:n1", &["system:nodes"])
+            .expect("kubeconfig");
+        let (client, _) = kubelet_client::from_kubeconfig(&path, 50.0, 100)
+            .await
+            .expect("client");
+        let lease = LeaseController {
+            client,
+            node_name: "n1".into(),
+            duration_seconds: 40,
+            clock: Arc::new(TokioClock::default()),
+            node_uid: watch::channel(None).1,
+        };
+        lease.renew().await.expect("created");
+        c.api.set_fault(Fault::Hang);
+        let started = tokio::time::Instant::now();
+        let hung = tokio::time::timeout(DEFAULT_REQUEST_TIMEOUT * 2, lease.renew())
+            .await
+            .expect("the client bounds the renewal, not this guard");
+        assert!(matches!(&hung, Err(e) if is_timeout(e)), "{hung:?}");
+        assert!(started.elapsed() <= DEFAULT_REQUEST_TIMEOUT + Duration::from_secs(1));
+
+        let renew_time = |c: &Cluster| {
+            c.api
+                .get("leases", LEASE_NAMESPACE, "n1")
+                .and_then(|l| l["spec"]["renewTime"].as_str().map(String::from))
+        };
+        let stale = renew_time(&c);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(lease.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let gets = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/leases/n1"))
+            .count();
+        assert!(gets >= 3, "tries go on during the hang, saw {gets} GETs");
+        c.api.set_fault(Fault::None);
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_ne!(renew_time(&c), stale, "renewed once the apiserver answers");
+        stop.cancel();
+        let _ = task.await;
+    }
+
     #[tokio::test]
     async fn a_conflicting_writer_is_retried_not_fatal() {
         let c = Cluster::start(Default::default()).await;

@@ -4,6 +4,13 @@
 //! `nodes/status` (strategic merge) only when something other than heartbeat
 //! times changed, or when `nodeStatusReportFrequency` passed since the last
 //! report. Condition changes become node events (NodeReady, NodeNotReady, ...).
+//!
+//! As upstream (whose `lastStatusReportTime` starts at zero), the first status
+//! is reported as soon as the node is registered: a Node that already existed,
+//! as after a restart, still carries the old process's heartbeats. A Node
+//! created just now carries this process's status, which counts as the first
+//! report. Each sync is bounded by upstream's heartbeat client timeout, the
+//! smaller of `nodeStatusUpdateFrequency` and the lease duration.
 
 pub mod machine;
 pub mod register;
@@ -15,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cri::{ImageService, RuntimeService};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -73,6 +80,16 @@ struct RuntimeFacts {
     images: Vec<cri::pb::Image>,
 }
 
+/// What the status loop remembers between syncs.
+struct Reported {
+    /// The status last reported (or found on the Node at registration).
+    last: NodeStatus,
+    /// The addresses the apiserver holds.
+    api_addresses: Vec<NodeAddress>,
+    /// When status was last reported by this process; `None`: not yet.
+    at: Option<Instant>,
+}
+
 impl NodeStatusManager {
     async fn runtime_facts(&self, last_version: &str) -> RuntimeFacts {
         // The runtime's state as the health check last saw it (upstream `runtimeState`):
@@ -80,7 +97,7 @@ impl NodeStatusManager {
         let mut not_ready = self.runtime_state.runtime_errors();
         not_ready.extend(self.runtime_state.network_errors());
         let version = match self.runtime.version().await {
-            Ok(v) => format!("{}://{}", v.runtime_name, v.runtime_version),
+            Ok(v) => setters::container_runtime_version(&v.runtime_name, &v.runtime_version),
             Err(_) => last_version.to_string(),
         };
         let images = self.images.list_images().await.unwrap_or_default();
@@ -181,70 +198,102 @@ impl NodeStatusManager {
         .await
     }
 
+    /// Upstream's heartbeat client timeout: `nodeStatusUpdateFrequency`, or
+    /// the lease duration if that is shorter.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        let frequency = self.cfg.node_status_update_frequency;
+        match u64::try_from(self.cfg.node_lease_duration_seconds) {
+            Ok(lease) if lease > 0 => frequency.min(Duration::from_secs(lease)),
+            _ => frequency,
+        }
+    }
+
     /// Registers the node, then keeps its status current until `stop`.
     pub async fn run(self, stop: CancellationToken) {
         let initial = self.compute(&[], "").await;
-        let Some(node) = register::register_until_done(&self, &initial, &stop).await else {
+        let Some(registered) = register::register(&self, &initial, &stop).await else {
             return;
         };
+        let node = registered.node;
         let uid = node.metadata.uid.clone().unwrap_or_default();
-        let mut last: NodeStatus = node.status.clone().unwrap_or_default();
-        let mut api_addresses = last.addresses.clone().unwrap_or_default();
-        let conditions = |s: &NodeStatus| s.conditions.clone().unwrap_or_default();
-        self.record_transitions(&[], &conditions(&last));
+        let last: NodeStatus = node.status.clone().unwrap_or_default();
+        self.record_transitions(&[], &last.conditions.clone().unwrap_or_default());
         self.registered.send_replace(Some(uid));
-        let mut last_report = Instant::now();
+        let mut reported = Reported {
+            api_addresses: last.addresses.clone().unwrap_or_default(),
+            last,
+            at: registered.created.then(Instant::now),
+        };
         let mut tick = tokio::time::interval(self.cfg.node_status_update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // Not yet reported: sync at once rather than a period from now.
+        let mut now = reported.at.is_none();
         loop {
+            if !std::mem::take(&mut now) {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+            }
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = tick.tick() => {}
+                () = self.sync(&mut reported) => {}
             }
-            let version = last
-                .node_info
-                .as_ref()
-                .map(|i| i.container_runtime_version.clone())
-                .unwrap_or_default();
-            let mut status = self.compute(&conditions(&last), &version).await;
+        }
+    }
+
+    /// One status sync: compute, and report when changed or due.
+    async fn sync(&self, reported: &mut Reported) {
+        let conditions = |s: &NodeStatus| s.conditions.clone().unwrap_or_default();
+        let version = reported
+            .last
+            .node_info
+            .as_ref()
+            .map(|i| i.container_runtime_version.clone())
+            .unwrap_or_default();
+        let mut status = self.compute(&conditions(&reported.last), &version).await;
+        let due = reported
+            .at
+            .is_none_or(|at| at.elapsed() >= self.cfg.node_status_report_frequency);
+        let report = async {
             let mut own_addresses = true;
             if self.cfg.external_cloud_provider
                 && let Ok(current) = Api::<Node>::all(self.client.clone())
                     .get(&self.node_name)
                     .await
             {
-                api_addresses = current.status.and_then(|s| s.addresses).unwrap_or_default();
+                reported.api_addresses =
+                    current.status.and_then(|s| s.addresses).unwrap_or_default();
             }
             if self.cfg.external_cloud_provider
-                && !api_addresses.is_empty()
-                && status.addresses.as_ref() != Some(&api_addresses)
+                && !reported.api_addresses.is_empty()
+                && status.addresses.as_ref() != Some(&reported.api_addresses)
             {
                 // A cloud-controller-manager set them; its addresses take precedence (upstream).
-                status.addresses = Some(api_addresses.clone());
+                status.addresses = Some(reported.api_addresses.clone());
                 own_addresses = false;
             }
-            let due = last_report.elapsed() >= self.cfg.node_status_report_frequency;
-            if !setters::changed(&last, &status) && !due {
+            if !setters::changed(&reported.last, &status) && !due {
                 debug!("Node status unchanged; not reporting");
-                continue;
+                return None;
             }
-            match tokio::time::timeout(
-                Duration::from_secs(30),
-                self.patch_status(&status, own_addresses),
-            )
-            .await
-            {
-                Ok(Ok(node)) => {
-                    api_addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
-                    self.record_transitions(&conditions(&last), &conditions(&status));
-                    last = status;
-                    last_report = Instant::now();
-                    debug!("Node status reported");
-                }
-                Ok(Err(e)) => warn!(error = %e, "Error updating node status, will retry"),
-                Err(_) => warn!("Node status update timed out, will retry"),
+            Some(self.patch_status(&status, own_addresses).await)
+        };
+        match tokio::time::timeout(self.heartbeat_timeout(), report).await {
+            Ok(None) => {}
+            Ok(Some(Ok(node))) => {
+                reported.api_addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
+                self.record_transitions(&conditions(&reported.last), &conditions(&status));
+                reported.last = status;
+                reported.at = Some(Instant::now());
+                debug!("Node status reported");
             }
+            Ok(Some(Err(e))) => warn!(error = %e, "Error updating node status, will retry"),
+            Err(_) => warn!(
+                timeout = ?self.heartbeat_timeout(),
+                "Node status update timed out, will retry"
+            ),
         }
     }
 }
@@ -412,6 +461,164 @@ mod tests {
             3,
             "the report period forces a heartbeat"
         );
+        stop.cancel();
+    }
+
+    /// The kubelet's own client (kubelet-client's stack, with its request
+    /// deadline) for node `n1`.
+    async fn kubelet_client(c: &Cluster) -> kube::Client {
+        let path = c.dir.path().join("n1-kubelet.conf");
+        c.api
+            .write_cert_kubeconfig(&path, "system:node:n1", &["system:nodes"])
+            .expect("kubeconfig");
+        kubelet_client::from_kubeconfig(&path, 50.0, 100)
+            .await
+            .expect("client")
+            .0
+    }
+
+    fn heartbeat(node: &serde_json::Value, ty: &str) -> (String, String) {
+        let c = node["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == ty).cloned())
+            .unwrap_or_default();
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        (s("lastHeartbeatTime"), s("lastTransitionTime"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_kubelet_reports_status_at_once() {
+        let c = Cluster::start(Default::default()).await;
+        // The Node as the previous kubelet process left it: Ready, last heartbeat long ago.
+        let old = "2020-01-01T00:00:00Z";
+        let conditions: Vec<serde_json::Value> = [
+            ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID"),
+            ("Ready", "True", "KubeletReady"),
+        ]
+        .iter()
+        .map(|(t, s, r)| {
+            serde_json::json!({"type": t, "status": s, "reason": r,
+                "lastHeartbeatTime": old, "lastTransitionTime": old})
+        })
+        .collect();
+        let existing: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"},
+            "status": {"conditions": conditions}}))
+        .expect("node");
+        let admin: Api<Node> = Api::all(c.admin().await);
+        admin
+            .create(&Default::default(), &existing)
+            .await
+            .expect("node");
+        let status = serde_json::json!({"status": {"conditions": conditions}});
+        admin
+            .patch_status("n1", &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .expect("old status");
+        assert_eq!(
+            heartbeat(&c.api.get("nodes", "", "n1").expect("node"), "Ready").0,
+            old
+        );
+        let before = status_patches(&c);
+
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        fake.set_version("containerd", "1.6.20~ds1");
+        let (m, mut registered, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
+        let started = jiff::Timestamp::now();
+        tokio::spawn(m.run(stop.clone()));
+        registered
+            .wait_for(Option::is_some)
+            .await
+            .expect("registered");
+        // Well within one nodeStatusUpdateFrequency (10s), let alone the 5m report period.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(status_patches(&c) - before, 1, "status is reported at once");
+        let node = c.api.get("nodes", "", "n1").expect("node");
+        for ty in ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"] {
+            let (beat, transition) = heartbeat(&node, ty);
+            let beat: jiff::Timestamp = beat.parse().expect("heartbeat time");
+            assert!(
+                beat >= started
+                    .checked_sub(jiff::SignedDuration::from_secs(1))
+                    .expect("t"),
+                "{ty}: fresh heartbeat, got {beat}"
+            );
+            assert_eq!(
+                transition, old,
+                "{ty}: unchanged status keeps its transition time"
+            );
+        }
+        assert_eq!(
+            node["status"]["nodeInfo"]["containerRuntimeVersion"], "containerd://1.6.20",
+            "the runtime's version as upstream's ParseGeneric prints it"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registration_through_a_hung_apiserver_is_retried_not_stuck() {
+        use apiserver_double::Fault;
+        let c = Cluster::start(Default::default()).await;
+        let client = kubelet_client(&c).await;
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        let (m, mut registered, _) = manager(client, &fake, cfg(), vec![]);
+        let creates = |c: &Cluster| {
+            c.api
+                .requests()
+                .iter()
+                .filter(|r| r.method == "POST" && r.path == "/api/v1/nodes")
+                .count()
+        };
+        c.api.set_fault(Fault::Hang);
+        tokio::spawn(m.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        assert!(registered.borrow().is_none());
+        assert!(
+            creates(&c) >= 2,
+            "each attempt ends at the client's deadline and is retried, saw {}",
+            creates(&c)
+        );
+        c.api.set_fault(Fault::None);
+        tokio::time::timeout(
+            Duration::from_secs(70),
+            registered.wait_for(Option::is_some),
+        )
+        .await
+        .expect("registered once the apiserver answers")
+        .expect("registered");
+        assert!(c.api.get("nodes", "", "n1").is_some());
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_status_patch_is_abandoned_at_the_heartbeat_timeout_and_retried() {
+        use apiserver_double::Fault;
+        let c = Cluster::start(Default::default()).await;
+        let stop = CancellationToken::new();
+        let fake = FakeRuntime::new();
+        let (m, mut registered, health) = manager(kubelet_client(&c).await, &fake, cfg(), vec![]);
+        assert_eq!(m.heartbeat_timeout(), Duration::from_secs(10));
+        tokio::spawn(m.run(stop.clone()));
+        registered
+            .wait_for(Option::is_some)
+            .await
+            .expect("registered");
+        c.api.set_fault(Fault::Hang);
+        *health.runtime_error.write() = Some("container runtime is down: injected".into());
+        let before = status_patches(&c);
+        tokio::time::sleep(Duration::from_secs(65)).await;
+        let tries = status_patches(&c) - before;
+        assert!(
+            tries >= 5,
+            "one try per period, each cut at the heartbeat timeout (10s); saw {tries}"
+        );
+        c.api.set_fault(Fault::None);
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(ready(&c).0, "False", "reported once the apiserver answers");
         stop.cancel();
     }
 

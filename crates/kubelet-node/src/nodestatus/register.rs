@@ -102,15 +102,31 @@ pub fn reconcile_patch(existing: &Node, m: &NodeStatusManager) -> Option<serde_j
     (patch["metadata"] != serde_json::json!({})).then_some(patch)
 }
 
-async fn try_register(m: &NodeStatusManager, status: &NodeStatus) -> Result<Node, kube::Error> {
+/// The registered Node, and whether this registration created it.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// The Node as the apiserver returned it.
+    pub node: Node,
+    /// Created just now with this process's initial status (else it existed:
+    /// its status is whatever was posted last, perhaps by an earlier process).
+    pub created: bool,
+}
+
+async fn try_register(
+    m: &NodeStatusManager,
+    status: &NodeStatus,
+) -> Result<Registered, kube::Error> {
     let api: Api<Node> = Api::all(m.client.clone());
     match api
         .create(&PostParams::default(), &initial_node(m, status))
         .await
     {
-        Ok(n) => {
+        Ok(node) => {
             log_registered(&m.node_name, true);
-            Ok(n)
+            Ok(Registered {
+                node,
+                created: true,
+            })
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&m.node_name).await?;
@@ -122,7 +138,10 @@ async fn try_register(m: &NodeStatusManager, status: &NodeStatus) -> Result<Node
                 None => existing,
             };
             log_registered(&m.node_name, false);
-            Ok(node)
+            Ok(Registered {
+                node,
+                created: false,
+            })
         }
         Err(e) => Err(e),
     }
@@ -134,15 +153,36 @@ pub async fn register_until_done(
     status: &NodeStatus,
     stop: &CancellationToken,
 ) -> Option<Node> {
+    register(m, status, stop).await.map(|r| r.node)
+}
+
+/// Registers (or, with `registerNode: false`, waits for) the node, saying
+/// whether it was created; `None` if stopped first. A request to a hung
+/// apiserver ends at the client's deadline and is retried like any error.
+pub async fn register(
+    m: &NodeStatusManager,
+    status: &NodeStatus,
+    stop: &CancellationToken,
+) -> Option<Registered> {
     let mut backoff = Duration::from_millis(100);
+    let api: Api<Node> = Api::all(m.client.clone());
     loop {
         let result = if m.cfg.register_node {
-            try_register(m, status).await
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                r = try_register(m, status) => r,
+            }
         } else {
-            Api::<Node>::all(m.client.clone()).get(&m.node_name).await
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                r = api.get(&m.node_name) => r.map(|node| Registered {
+                    node,
+                    created: false,
+                }),
+            }
         };
         match result {
-            Ok(n) => return Some(n),
+            Ok(r) => return Some(r),
             Err(e) => {
                 warn!(node = %m.node_name, error = %e, "Unable to register node with API server")
             }

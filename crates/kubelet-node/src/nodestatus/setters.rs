@@ -145,6 +145,16 @@ pub fn addresses(ips: &[IpAddr], hostname: &str) -> Vec<NodeAddress> {
     out
 }
 
+/// `nodeInfo.containerRuntimeVersion` (upstream `VersionInfo`): the runtime's
+/// name and its version as upstream's `newRuntimeVersion` reads and prints it
+/// (`containerd://1.6.20` for `1.6.20~ds1`), or `Unknown` when that cannot
+/// read it.
+pub fn container_runtime_version(runtime_name: &str, runtime_version: &str) -> String {
+    let version = crate::version::parse_runtime_version(runtime_version)
+        .map_or_else(|_| "Unknown".to_string(), |v| v.to_string());
+    format!("{runtime_name}://{version}")
+}
+
 /// `nodeInfo`.
 pub fn node_info(m: &MachineInfo, runtime_version: &str, kubelet_version: &str) -> NodeSystemInfo {
     NodeSystemInfo {
@@ -300,6 +310,19 @@ mod tests {
             binary_si((100u64 << 30) - (10u64 << 30))
         );
         assert_eq!(a["pods"].0, "110");
+    }
+
+    #[test]
+    fn the_runtime_version_is_normalised_as_upstream() {
+        for (raw, want) in [
+            ("1.6.20~ds1", "containerd://1.6.20"),
+            ("1.7.0-rc.1", "containerd://1.7.0-rc.1"),
+            ("v1.7.2", "containerd://1.7.2"),
+            ("2.0.0+unknown", "containerd://2.0.0+unknown"),
+            ("garbage", "containerd://Unknown"),
+        ] {
+            assert_eq!(container_runtime_version("containerd", raw), want, "{raw}");
+        }
     }
 
     #[test]
