@@ -135,6 +135,39 @@ async fn sigterm_stops_kubelet_but_not_its_containers() {
     }
 }
 
+/// With no pod source at all (a bare node waiting to be configured), the
+/// kubelet keeps running, as upstream does, and SIGTERM stops it cleanly.
+#[test]
+fn no_pod_source_keeps_the_kubelet_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(BIN)
+        .arg("--container-runtime-endpoint")
+        .arg(format!("unix://{}", dir.path().join("none.sock").display()))
+        .args(["--hostname-override", "no-sources", "--healthz-port", "0"])
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kubelet-rs");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "the kubelet exited with no pod source"
+    );
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "clean exit on SIGTERM: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// `Key=Value` lines of a systemd unit file, in order.
 fn unit_entries(text: &str) -> Vec<(String, String)> {
     text.lines()

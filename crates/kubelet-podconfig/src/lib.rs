@@ -86,7 +86,16 @@ pub fn spawn_merger(
             let update = tokio::select! {
                 biased;
                 () = stop.cancelled() => return,
-                u = src_rx.recv() => match u { Some(u) => u, None => return },
+                u = src_rx.recv() => match u {
+                    Some(u) => u,
+                    // No source left (or none configured): the sync loop keeps
+                    // running on what it has, as upstream's never-closing
+                    // PodConfig channel lets it, until the kubelet stops.
+                    None => {
+                        stop.cancelled().await;
+                        return;
+                    }
+                },
             };
             let now = jiff::Timestamp::now().to_string();
             let updates = storage.merge(update.source, update.pods, &now);
@@ -101,4 +110,23 @@ pub fn spawn_merger(
     };
     tasks.spawn(merger.instrument(tracing::info_span!("pod_config_merger")));
     (src_tx, out_rx, ready)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With no source configured (or every source gone) the update channel
+    /// stays open until the kubelet stops: the sync loop must not exit.
+    #[tokio::test(start_paused = true)]
+    async fn the_update_channel_outlives_the_sources() {
+        let stop = CancellationToken::new();
+        let (tx, mut rx, ready) = spawn_merger(&TaskTracker::new(), &[], stop.clone());
+        drop(tx);
+        assert!(ready.all_ready(), "no source to wait for");
+        let open = tokio::time::timeout(std::time::Duration::from_secs(3600), rx.recv()).await;
+        assert!(open.is_err(), "still open an hour later: {open:?}");
+        stop.cancel();
+        assert!(rx.recv().await.is_none(), "closed once the kubelet stops");
+    }
 }

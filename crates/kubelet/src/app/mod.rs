@@ -92,7 +92,8 @@ pub struct AppHandle {
 pub struct Running {
     stop: CancellationToken,
     tasks: TaskTracker,
-    sync_loop: JoinHandle<()>,
+    /// `None` once [`Running::sync_loop_exited`] saw it end.
+    sync_loop: Option<JoinHandle<()>>,
     /// Read access.
     pub handle: AppHandle,
 }
@@ -120,7 +121,7 @@ impl App {
             cluster_dns: cfg.cluster_dns.clone(),
             cluster_domain: cfg.cluster_domain.clone(),
             resolv_conf: cfg.resolv_conf.clone(),
-            cgroup_driver: cfg.cgroup_driver.clone(),
+            cgroup_driver: cfg.cgroup_driver.parse().unwrap_or_default(),
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(kubelet_node::nodestatus::machine::meminfo_bytes())
                 .unwrap_or(i64::MAX),
@@ -246,7 +247,7 @@ impl App {
         Running {
             stop,
             tasks,
-            sync_loop: running.sync_loop,
+            sync_loop: Some(running.sync_loop),
             handle: AppHandle {
                 status: running.status,
                 manifest_errors: running.manifest_errors,
@@ -268,16 +269,25 @@ fn notify_ready() {
 }
 
 impl Running {
-    /// Resolves if the sync loop ends on its own (a critical failure).
+    /// Resolves if the sync loop ends on its own (a critical failure); never
+    /// resolves again after that.
     pub async fn sync_loop_exited(&mut self) {
-        let _ = (&mut self.sync_loop).await;
+        match self.sync_loop.as_mut() {
+            Some(h) => {
+                let _ = h.await;
+                self.sync_loop = None;
+            }
+            None => std::future::pending().await,
+        }
     }
 
     /// Stops every task, waiting at most `grace`. Containers keep running.
     pub async fn shutdown(self, grace: Duration) {
         self.stop.cancel();
         let wait = async {
-            let _ = self.sync_loop.await;
+            if let Some(h) = self.sync_loop {
+                let _ = h.await;
+            }
             self.tasks.wait().await;
         };
         if tokio::time::timeout(grace, wait).await.is_err() {

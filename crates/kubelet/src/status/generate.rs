@@ -343,6 +343,7 @@ mod tests {
             image: "img:1".into(),
             image_ref: "sha256:x".into(),
             hash: String::new(),
+            hash_version: None,
             restart_count: restart,
             reason: String::new(),
             message: String::new(),
