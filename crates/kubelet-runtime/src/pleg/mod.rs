@@ -14,14 +14,18 @@ use std::time::Duration;
 
 use cri::{RuntimeService, pb};
 use kubelet_types::labels as l;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+mod cache;
+
+pub use cache::PodCache;
+
 use crate::manager::KubeRuntimeManager;
-use crate::pod_status::{ContainerState, PodStatus};
+use crate::pod_status::ContainerState;
 
 /// Upstream relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -69,27 +73,6 @@ impl RuntimePod {
     /// True when anything of the pod still runs.
     pub fn is_running(&self) -> bool {
         self.states.values().any(|s| *s != ContainerState::Exited)
-    }
-}
-
-/// Latest inspected runtime status per pod UID (upstream `kubecontainer.Cache`).
-#[derive(Default)]
-pub struct PodCache {
-    pods: RwLock<HashMap<String, Arc<PodStatus>>>,
-}
-
-impl PodCache {
-    /// The cached status of a pod.
-    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
-        self.pods.read().get(uid).cloned()
-    }
-
-    fn set(&self, uid: &str, status: PodStatus) {
-        self.pods.write().insert(uid.to_string(), Arc::new(status));
-    }
-
-    fn remove(&self, uid: &str) {
-        self.pods.write().remove(uid);
     }
 }
 
@@ -205,6 +188,8 @@ impl GenericPleg {
 
     /// One relist: list, diff, dispatch inspections. Returns the number of pods with events.
     pub async fn relist(self: &Arc<Self>) -> Result<usize, cri::CriError> {
+        // What this relist sees is at least as new as this (upstream takes it first too).
+        let timestamp = Instant::now();
         let sandboxes = self.runtime.list_pod_sandbox(None).await?;
         let containers = self.runtime.list_containers(None).await?;
         let mut current: HashMap<String, RuntimePod> = HashMap::new();
@@ -265,8 +250,12 @@ impl GenericPleg {
         }
         let n = per_pod.len();
         for (uid, name, ns, evs) in per_pod {
-            self.dispatch(uid, name, ns, evs);
+            self.cache.mark_pending(&uid);
+            self.dispatch(uid, name, ns, evs, timestamp);
         }
+        // Every pod without a change is as the cache has it; changed ones are
+        // pending until their inspection lands.
+        self.cache.update_time(timestamp);
         Ok(n)
     }
 
@@ -276,6 +265,7 @@ impl GenericPleg {
         name: String,
         ns: String,
         evs: Vec<PodLifecycleEvent>,
+        timestamp: Instant,
     ) {
         {
             let mut st = self.state.lock();
@@ -303,18 +293,32 @@ impl GenericPleg {
                 .await;
                 drop(permit);
                 match res {
-                    Ok(Ok(status)) => me.cache.set(&uid, status),
+                    Ok(Ok(status)) => me.cache.set(&uid, Ok(status), timestamp),
                     Ok(Err(e)) => {
                         warn!(pod.uid = %uid, error = %e, "PLEG: cannot inspect pod; will retry on next relist");
                         me.state.lock().dirty.insert(uid.clone());
+                        me.cache.set(&uid, Err(e), timestamp);
                     }
                     Err(_) => {
                         warn!(pod.uid = %uid, timeout = ?me.inspect_timeout, "PLEG: pod inspection timed out; will retry on next relist");
                         me.state.lock().dirty.insert(uid.clone());
+                        let timeout = cri::CriError::Timeout {
+                            op: "PodStatus",
+                            timeout: me.inspect_timeout,
+                        };
+                        me.cache.set(&uid, Err(timeout.into()), timestamp);
                     }
                 }
             }
-            me.state.lock().in_flight.remove(&uid);
+            let stale = {
+                let mut st = me.state.lock();
+                st.in_flight.remove(&uid);
+                st.dirty.contains(&uid)
+            };
+            // A change seen while this inspection ran waits for the next one.
+            if !stale {
+                me.cache.clear_pending(&uid);
+            }
             me.send(evs);
         });
     }
@@ -451,6 +455,61 @@ mod tests {
         fake.set_down(false);
         p.relist().await.expect("relist");
         assert!(p.healthy().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_read_what_the_relist_inspected_without_more_cri_calls() {
+        let fake = FakeRuntime::new();
+        let (p, _rx) = pleg(&fake);
+        let before = Instant::now();
+        let (_sb, c) = add_pod(&fake, "u1").await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        p.relist().await.expect("relist");
+        let s = p
+            .cache()
+            .get_newer_than("u1", before)
+            .await
+            .expect("status");
+        assert_eq!(s.containers[0].state, ContainerState::Running);
+
+        // A worker asks for a status newer than its last sync; the container dies.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let asked = Instant::now();
+        fake.exit_container(&c, 1);
+        let waiter = tokio::spawn({
+            let p = p.clone();
+            async move { p.cache().get_newer_than("u1", asked).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "no relist since");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        fake.clear_calls();
+        p.relist().await.expect("relist");
+        let s = waiter.await.expect("task").expect("status");
+        assert_eq!(s.containers[0].state, ContainerState::Exited);
+        assert_eq!(
+            fake.call_count("ContainerStatus"),
+            1,
+            "one inspection by the PLEG, none by the worker"
+        );
+
+        // Nothing changes: the next relist releases the worker with the cached
+        // status and no CRI status call at all.
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        fake.clear_calls();
+        p.relist().await.expect("relist");
+        let s = p.cache().get_newer_than("u1", asked).await.expect("status");
+        assert_eq!(s.containers[0].state, ContainerState::Exited);
+        assert_eq!(fake.call_count("ContainerStatus"), 0);
+        assert_eq!(fake.call_count("PodSandboxStatus"), 0);
+        // A pod the runtime never had: an empty status, once a relist passed.
+        let s = p
+            .cache()
+            .get_newer_than("nope", asked)
+            .await
+            .expect("status");
+        assert!(s.containers.is_empty() && s.sandboxes.is_empty());
     }
 
     #[test]
