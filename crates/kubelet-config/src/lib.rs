@@ -89,7 +89,7 @@ pub struct KubeletConfig {
     /// `resolvConf`.
     pub resolv_conf: String,
     /// `cgroupDriver`.
-    pub cgroup_driver: String,
+    pub cgroup_driver: kubelet_types::CgroupDriver,
     /// `cgroupRoot`.
     pub cgroup_root: String,
     /// `podLogsDir`.
@@ -316,13 +316,16 @@ impl KubeletConfig {
             nonempty(f.cgroup_driver.clone()),
             "cgroupfs".into(),
         );
-        if !matches!(cgroup_driver.as_str(), "cgroupfs" | "systemd") {
-            return Err(invalid(
-                "cgroupDriver",
-                cgroup_driver,
-                "cgroupfs or systemd",
-            ));
-        }
+        let cgroup_driver: kubelet_types::CgroupDriver = match cgroup_driver.parse() {
+            Ok(d) => d,
+            Err(_) => {
+                return Err(invalid(
+                    "cgroupDriver",
+                    cgroup_driver,
+                    "cgroupfs or systemd",
+                ));
+            }
+        };
 
         let cluster_dns = match &flags.cluster_dns {
             Some(s) => s
@@ -566,7 +569,7 @@ volumeStatsAggPeriod: 0s
         assert_eq!(c.file_check_frequency, Duration::from_secs(20));
         assert_eq!(c.http_check_frequency, Duration::from_secs(20));
         assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
-        assert_eq!(c.cgroup_driver, "systemd");
+        assert_eq!(c.cgroup_driver, kubelet_types::CgroupDriver::Systemd);
         assert_eq!(c.cluster_dns, vec!["10.96.0.10"]);
         assert_eq!(
             c.static_pod_path,
@@ -590,7 +593,7 @@ volumeStatsAggPeriod: 0s
             "--v=4",
         ]);
         let c = KubeletConfig::resolve(&f, Some(&file), "h").expect("resolve");
-        assert_eq!(c.cgroup_driver, "cgroupfs");
+        assert_eq!(c.cgroup_driver, kubelet_types::CgroupDriver::Cgroupfs);
         assert_eq!(c.static_pod_path, Some(PathBuf::from("/srv/manifests")));
         assert_eq!(c.sync_frequency, Duration::from_secs(30));
         assert_eq!(c.healthz_port, 0);

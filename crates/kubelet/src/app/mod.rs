@@ -121,7 +121,7 @@ impl App {
             cluster_dns: cfg.cluster_dns.clone(),
             cluster_domain: cfg.cluster_domain.clone(),
             resolv_conf: cfg.resolv_conf.clone(),
-            cgroup_driver: cfg.cgroup_driver.parse().unwrap_or_default(),
+            cgroup_driver: cfg.cgroup_driver,
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(kubelet_node::nodestatus::machine::meminfo_bytes())
                 .unwrap_or(i64::MAX),
