@@ -68,6 +68,29 @@ pub struct ContainerStatus {
     pub message: String,
 }
 
+impl Default for ContainerStatus {
+    /// An unnamed, unknown instance created at the epoch (for tests and builders).
+    fn default() -> Self {
+        Self {
+            id: String::new(),
+            sandbox_id: String::new(),
+            name: String::new(),
+            state: ContainerState::Unknown,
+            created_at: UNIX_EPOCH,
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            image: String::new(),
+            image_ref: String::new(),
+            hash: String::new(),
+            hash_version: None,
+            restart_count: 0,
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
+}
+
 /// Runtime state of one pod.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodStatus {

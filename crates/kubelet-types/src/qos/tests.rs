@@ -1,3 +1,5 @@
+//! QoS class tests, including the fixture table shared with the apiserver double.
+
 use super::*;
 use crate::defaults::apply_api_defaults;
 
