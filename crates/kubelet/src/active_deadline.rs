@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kubelet_types::PodPhase;
 
 /// Upstream reason.
 pub const REASON: &str = "DeadlineExceeded";
@@ -24,13 +25,13 @@ pub fn remaining(p: &Pod, status: Option<&PodStatus>, now: SystemTime) -> Option
 /// True when the status already records the deadline failure.
 pub fn exceeded(status: Option<&PodStatus>) -> bool {
     status.is_some_and(|s| {
-        s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some(REASON)
+        s.phase.as_deref() == Some(PodPhase::Failed.as_str()) && s.reason.as_deref() == Some(REASON)
     })
 }
 
 /// `status` turned into the deadline failure (keeping container statuses and start time).
 pub fn failed(mut status: PodStatus) -> PodStatus {
-    status.phase = Some("Failed".to_string());
+    status.phase = Some(PodPhase::Failed.as_str().to_string());
     status.reason = Some(REASON.to_string());
     status.message = Some(MESSAGE.to_string());
     status

@@ -24,7 +24,7 @@ pub fn admit(active: usize, max_pods: u32) -> Result<(), Rejection> {
 /// The status a rejected pod gets (upstream `rejectPod`).
 pub fn rejected_status((reason, message): &Rejection) -> PodStatus {
     PodStatus {
-        phase: Some("Failed".to_string()),
+        phase: Some(kubelet_types::PodPhase::Failed.as_str().to_string()),
         reason: Some(reason.clone()),
         message: Some(format!("Pod {message}")),
         ..Default::default()

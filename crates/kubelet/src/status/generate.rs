@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_runtime::pod_status::{self as rt, ContainerState as RtState};
+use kubelet_types::PodPhase;
 use kubelet_types::pod::{self, RestartPolicy};
 
 /// Why a container waits, from the runtime manager (upstream `ReasonCache`).
@@ -113,7 +114,7 @@ fn phase(
     init: &[ContainerStatus],
     app: &[ContainerStatus],
     pod_is_terminal: bool,
-) -> &'static str {
+) -> PodPhase {
     let policy = pod::restart_policy(p);
     let (mut pending_init, mut failed_init) = (0, 0);
     for s in init {
@@ -162,30 +163,30 @@ fn phase(
         }
     }
     if failed_init > 0 && policy == RestartPolicy::Never {
-        return "Failed";
+        return PodPhase::Failed;
     }
     if pending_init > 0 || failed_init > 0 || waiting > 0 {
-        return "Pending";
+        return PodPhase::Pending;
     }
     if running > 0 && unknown == 0 {
-        return "Running";
+        return PodPhase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
         if pod_is_terminal && !crate::mirror::is_static(p) {
             return if stopped == succeeded {
-                "Succeeded"
+                PodPhase::Succeeded
             } else {
-                "Failed"
+                PodPhase::Failed
             };
         }
         return match policy {
-            RestartPolicy::Always => "Running",
-            _ if stopped == succeeded => "Succeeded",
-            RestartPolicy::Never => "Failed",
-            RestartPolicy::OnFailure => "Running",
+            RestartPolicy::Always => PodPhase::Running,
+            _ if stopped == succeeded => PodPhase::Succeeded,
+            RestartPolicy::Never => PodPhase::Failed,
+            RestartPolicy::OnFailure => PodPhase::Running,
         };
     }
-    "Pending"
+    PodPhase::Pending
 }
 
 fn condition(type_: &str, ok: bool, reason: Option<&str>, now: &Option<Time>) -> PodCondition {
@@ -238,7 +239,7 @@ pub fn generate_api_pod_status(
             .is_some_and(|t| t.exit_code == 0)
     });
     let ready = !app.is_empty() && app.iter().all(|s| s.ready);
-    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let terminal = phase.is_terminal();
     let not_ready_reason = if terminal {
         "PodCompleted"
     } else {
@@ -301,7 +302,7 @@ pub fn generate_api_pod_status(
     let host_ip_list =
         (!host.is_empty()).then(|| host.iter().map(|ip| HostIP { ip: ip.clone() }).collect());
     PodStatus {
-        phase: Some(phase.to_string()),
+        phase: Some(phase.as_str().to_string()),
         conditions: Some(conditions),
         host_ip: host.first().cloned(),
         host_ips: host_ip_list,
@@ -309,7 +310,7 @@ pub fn generate_api_pod_status(
         pod_ips: (!pod_ips.is_empty())
             .then(|| pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: now,
-        qos_class: Some(kubelet_runtime::sandbox_qos_class(p).to_string()),
+        qos_class: Some(kubelet_types::qos::pod_qos(p).as_str().to_string()),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(app),
         ..Default::default()

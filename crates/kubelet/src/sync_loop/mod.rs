@@ -129,7 +129,9 @@ impl SyncLoop {
             .filter(|uid| !self.rejected.contains(*uid))
             .filter(|uid| {
                 let phase = self.status.get_pod_status(uid).and_then(|s| s.phase);
-                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+                !phase
+                    .and_then(|p| p.parse::<kubelet_types::PodPhase>().ok())
+                    .is_some_and(kubelet_types::PodPhase::is_terminal)
             })
             .count()
     }
