@@ -7,7 +7,7 @@
 pub enum Error {
     /// The runtime's view of the pod could not be read.
     #[error("cannot read pod status from the runtime: {0}")]
-    PodStatus(#[source] kubelet_runtime::Error),
+    PodStatus(#[source] std::sync::Arc<kubelet_runtime::Error>),
     /// Steps of a sync failed; the pod is retried.
     #[error("{}", join(.0))]
     Sync(Vec<kubelet_runtime::Error>),
@@ -28,7 +28,8 @@ impl Error {
     /// The runtime errors behind this one, each with its upstream reason.
     pub fn runtime_errors(&self) -> Vec<&kubelet_runtime::Error> {
         match self {
-            Self::PodStatus(e) | Self::Kill(e) => vec![e],
+            Self::PodStatus(e) => vec![e.as_ref()],
+            Self::Kill(e) => vec![e],
             Self::Sync(v) => v.iter().collect(),
         }
     }

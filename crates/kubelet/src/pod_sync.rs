@@ -2,13 +2,17 @@
 //! read runtime state, record the generated API status, apply the runtime
 //! manager's actions; or stop, and for pods gone for good, remove.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kubelet_runtime::KubeRuntimeManager;
+use kubelet_runtime::pleg::PodCache;
 use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use kubelet_types::pod;
+use parking_lot::Mutex;
+use tokio::time::Instant;
 use tracing::info;
 
 use crate::active_deadline;
@@ -26,6 +30,11 @@ pub struct RuntimePodSyncer {
     host_ips: Vec<std::net::IpAddr>,
     recorder: Arc<dyn Recorder>,
     pods: Option<PodManager>,
+    /// The PLEG's pod cache; without it every sync inspects the pod itself.
+    cache: Option<Arc<PodCache>>,
+    /// When each pod's last sync ended (upstream `lastSyncTime`).
+    last_sync: Mutex<HashMap<String, Instant>>,
+    created: Instant,
 }
 
 impl RuntimePodSyncer {
@@ -44,6 +53,9 @@ impl RuntimePodSyncer {
             host_ips,
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
             pods: None,
+            cache: None,
+            last_sync: Mutex::new(HashMap::new()),
+            created: Instant::now(),
         }
     }
 
@@ -51,6 +63,39 @@ impl RuntimePodSyncer {
     pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
         self.recorder = recorder;
         self
+    }
+
+    /// Reads pod status from the PLEG's cache (upstream `podCache.GetNewerThan`)
+    /// instead of inspecting the pod again right after the PLEG did.
+    pub fn with_pod_cache(mut self, cache: Arc<PodCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The runtime's view of the pod at the start of a sync: from the PLEG
+    /// cache, newer than the end of the pod's last sync (so it reflects what
+    /// that sync did), or inspected directly when there is no cache.
+    async fn pod_status_for_sync(
+        &self,
+        p: &Pod,
+    ) -> Result<kubelet_runtime::PodStatus, Arc<kubelet_runtime::Error>> {
+        let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
+        match &self.cache {
+            Some(cache) => {
+                let min = self
+                    .last_sync
+                    .lock()
+                    .get(uid)
+                    .copied()
+                    .unwrap_or(self.created);
+                cache.get_newer_than(uid, min).await.map(|s| (*s).clone())
+            }
+            None => self
+                .runtime
+                .get_pod_status(uid, name, ns)
+                .await
+                .map_err(Arc::new),
+        }
     }
 
     /// Reads the apiserver's view of pods (the API pod, or a static pod's
@@ -140,8 +185,26 @@ impl RuntimePodSyncer {
 #[async_trait::async_trait]
 impl PodSyncer for RuntimePodSyncer {
     async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
+        let out = self.sync_pod_once(p).await;
+        self.last_sync
+            .lock()
+            .insert(pod::uid(p).to_string(), Instant::now());
+        out
+    }
+
+    fn gc_backoff(&self) {
+        self.runtime.gc_backoff(SystemTime::now());
+    }
+
+    async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
+        self.kill_pod_once(p, remove).await
+    }
+}
+
+impl RuntimePodSyncer {
+    async fn sync_pod_once(&self, p: &Arc<Pod>) -> SyncOutcome {
         let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
-        let before = match self.runtime.get_pod_status(uid, name, ns).await {
+        let before = match self.pod_status_for_sync(p).await {
             Ok(s) => s,
             Err(e) => {
                 self.recorder.event(
@@ -194,17 +257,13 @@ impl PodSyncer for RuntimePodSyncer {
         }
     }
 
-    fn gc_backoff(&self) {
-        self.runtime.gc_backoff(SystemTime::now());
-    }
-
-    async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
+    async fn kill_pod_once(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
         let (uid, name, ns) = (pod::uid(p), pod::name(p), pod::namespace(p));
         let status = self
             .runtime
             .get_pod_status(uid, name, ns)
             .await
-            .map_err(Error::PodStatus)?;
+            .map_err(|e| Error::PodStatus(Arc::new(e)))?;
         self.runtime
             .kill_pod(&status, pod::grace_period(p), true)
             .await
@@ -216,13 +275,14 @@ impl PodSyncer for RuntimePodSyncer {
                 .await
                 .map_err(Error::Kill)?;
             self.status.remove(uid);
+            self.last_sync.lock().remove(uid);
             info!("Pod stopped and removed");
         } else {
             let status = self
                 .runtime
                 .get_pod_status(uid, name, ns)
                 .await
-                .map_err(Error::PodStatus)?;
+                .map_err(|e| Error::PodStatus(Arc::new(e)))?;
             self.record_phase(p, &status, true);
             self.status.mark_terminated(uid);
             info!("Pod stopped");
@@ -237,6 +297,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kubelet_runtime::RuntimeConfig;
     use kubelet_test_util::{FakeRuntime, pods};
+    use std::time::Duration;
 
     fn syncer(fake: &FakeRuntime) -> (RuntimePodSyncer, Arc<StatusManager>) {
         fake.add_image("busybox");
@@ -315,6 +376,65 @@ mod tests {
             killed.phase.as_deref(),
             Some("Succeeded"),
             "all containers exited 0 and none will restart"
+        );
+    }
+
+    /// CRI reads (lists and status calls) the fake saw.
+    fn reads(fake: &FakeRuntime) -> usize {
+        fake.calls()
+            .iter()
+            .filter(|c| c.ends_with("Status") || c.starts_with("List"))
+            .filter(|c| **c != "Status")
+            .count()
+    }
+
+    /// One pod start as it happens: a first sync starts the pod, the PLEG
+    /// relists and sees the container start, the woken worker syncs again.
+    async fn reads_per_pod_start(with_cache: bool) -> usize {
+        let fake = FakeRuntime::new();
+        fake.add_image("busybox");
+        let manager = Arc::new(KubeRuntimeManager::new(
+            Arc::new(fake.clone()),
+            Arc::new(fake.clone()),
+            RuntimeConfig::default(),
+        ));
+        let (pleg, _events) =
+            kubelet_runtime::pleg::GenericPleg::new(manager.clone(), 1, Duration::from_secs(5));
+        let mut s = RuntimePodSyncer::new(
+            manager,
+            Arc::new(StatusManager::default()),
+            Arc::new(RuntimeState::new(vec![])),
+            vec![],
+        );
+        if with_cache {
+            s = s.with_pod_cache(pleg.cache().clone());
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pleg.relist().await.expect("relist");
+        let p = Arc::new(pods::simple("web", "busybox", "Always"));
+        fake.clear_calls();
+        let out = s.sync_pod(&p).await;
+        assert!(out.error.is_none(), "{:?}", out.error);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pleg.relist().await.expect("relist");
+        // Background inspections finish.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let out = s.sync_pod(&p).await;
+        assert!(out.error.is_none(), "{:?}", out.error);
+        assert_eq!(fake.call_count("CreateContainer"), 1, "started once");
+        reads(&fake)
+    }
+
+    /// Issue 7 fix 4.9: workers read the PLEG's cache instead of inspecting
+    /// the pod again right after the PLEG did.
+    #[tokio::test(start_paused = true)]
+    async fn workers_read_the_pleg_cache_and_make_fewer_cri_reads() {
+        let before = reads_per_pod_start(false).await;
+        let after = reads_per_pod_start(true).await;
+        eprintln!("CRI reads per pod start: {before} inspecting, {after} with the PLEG cache");
+        assert!(
+            after < before,
+            "the cache saves the two syncs' own inspections: {after} vs {before}"
         );
     }
 }

@@ -61,6 +61,8 @@ pub enum AppError {
 /// A configured, not yet running kubelet.
 pub struct App {
     cfg: KubeletConfig,
+    /// The root of the cancellation tree; pulls in flight watch it too.
+    stop: CancellationToken,
     cluster: Option<Cluster>,
     remote: RemoteRuntime,
     manager: Arc<KubeRuntimeManager>,
@@ -132,8 +134,10 @@ impl App {
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
         runtime_state.update_runtime_up(&remote).await;
         let cluster = cluster::connect(&cfg).await?;
+        let stop = CancellationToken::new();
         let mut manager =
-            KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg);
+            KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg)
+                .with_shutdown(stop.child_token());
         if let Some(c) = &cluster {
             manager = manager.with_recorder(c.recorder.clone());
         }
@@ -161,6 +165,7 @@ impl App {
         };
         Ok(Self {
             cfg,
+            stop,
             cluster,
             remote,
             manager: Arc::new(manager),
@@ -172,7 +177,7 @@ impl App {
 
     /// Starts every subsystem.
     pub fn spawn(self) -> Running {
-        let stop = CancellationToken::new();
+        let stop = self.stop.clone();
         let tasks = TaskTracker::new();
         let cfg = &self.cfg;
         let host_ips = kubelet_node::node_ip::node_ips(&cfg.node_ips);

@@ -155,7 +155,8 @@ impl Pipeline<'_> {
             self.runtime_state.clone(),
             self.host_ips,
         )
-        .with_pod_manager(sources.pods.clone());
+        .with_pod_manager(sources.pods.clone())
+        .with_pod_cache(pleg.cache().clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }
