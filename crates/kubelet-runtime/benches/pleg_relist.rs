@@ -33,8 +33,14 @@ fn bench(c: &mut Criterion) {
         Arc::new(fake.clone()),
         RuntimeConfig::default(),
     ));
-    let (pleg, mut rx) =
-        rt.block_on(async { GenericPleg::new(manager, 8, Duration::from_secs(2)) });
+    let (pleg, mut rx) = rt.block_on(async {
+        GenericPleg::new(
+            manager,
+            8,
+            Duration::from_secs(2),
+            tokio_util::task::TaskTracker::new(),
+        )
+    });
     rt.spawn(async move { while rx.recv().await.is_some() {} });
     rt.block_on(pleg.relist()).expect("first relist");
 

@@ -398,8 +398,12 @@ mod tests {
             Arc::new(fake.clone()),
             RuntimeConfig::default(),
         ));
-        let (pleg, _events) =
-            kubelet_runtime::pleg::GenericPleg::new(manager.clone(), 1, Duration::from_secs(5));
+        let (pleg, _events) = kubelet_runtime::pleg::GenericPleg::new(
+            manager.clone(),
+            1,
+            Duration::from_secs(5),
+            tokio_util::task::TaskTracker::new(),
+        );
         let mut s = RuntimePodSyncer::new(
             manager,
             Arc::new(StatusManager::default()),

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 mod cache;
@@ -93,6 +94,8 @@ pub struct GenericPleg {
     started: Instant,
     inspections: Arc<Semaphore>,
     inspect_timeout: Duration,
+    /// Where background inspections run (the kubelet's shared tracker).
+    tasks: TaskTracker,
 }
 
 fn sandbox_state(s: &pb::PodSandbox) -> ContainerState {
@@ -123,11 +126,12 @@ fn events_for(old: Option<ContainerState>, new: Option<ContainerState>) -> Vec<E
 impl GenericPleg {
     /// A PLEG over `manager`'s runtime, sending events on a bounded channel of
     /// [`CHANNEL_CAPACITY`]. At most `concurrency` pods are inspected at once,
-    /// each within `inspect_timeout`.
+    /// each within `inspect_timeout`, as tasks on `tasks`.
     pub fn new(
         manager: Arc<KubeRuntimeManager>,
         concurrency: usize,
         inspect_timeout: Duration,
+        tasks: TaskTracker,
     ) -> (Arc<Self>, mpsc::Receiver<PodLifecycleEvent>) {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let pleg = Arc::new(Self {
@@ -144,6 +148,7 @@ impl GenericPleg {
             started: Instant::now(),
             inspections: Arc::new(Semaphore::new(concurrency.max(1))),
             inspect_timeout,
+            tasks,
         });
         (pleg, rx)
     }
@@ -280,7 +285,8 @@ impl GenericPleg {
             st.dirty.remove(&uid);
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("pleg_inspect", pod.uid = %uid);
+        let inspect = async move {
             let gone = !me.state.lock().pods.contains_key(&uid);
             if gone {
                 me.cache.remove(&uid);
@@ -320,7 +326,9 @@ impl GenericPleg {
                 me.cache.clear_pending(&uid);
             }
             me.send(evs);
-        });
+        };
+        self.tasks
+            .spawn(tracing::Instrument::instrument(inspect, span));
     }
 
     fn send(&self, evs: Vec<PodLifecycleEvent>) {
@@ -353,7 +361,7 @@ mod tests {
             Arc::new(fake.clone()),
             RuntimeConfig::default(),
         ));
-        GenericPleg::new(m, 4, Duration::from_secs(2))
+        GenericPleg::new(m, 4, Duration::from_secs(2), TaskTracker::new())
     }
 
     async fn drain(rx: &mut mpsc::Receiver<PodLifecycleEvent>, n: usize) -> Vec<PodLifecycleEvent> {

@@ -137,8 +137,12 @@ impl Pipeline<'_> {
         stop: &CancellationToken,
     ) -> RunningPipeline {
         let cfg = self.cfg;
-        let (pleg, pleg_rx) =
-            GenericPleg::new(self.manager.clone(), 8, cfg.runtime_request_timeout);
+        let (pleg, pleg_rx) = GenericPleg::new(
+            self.manager.clone(),
+            8,
+            cfg.runtime_request_timeout,
+            tasks.clone(),
+        );
         spawn_in(
             tasks,
             info_span!("pleg"),
