@@ -12,4 +12,6 @@ pub mod clock;
 pub mod events;
 
 pub use certificate::CertError;
-pub use client::{ClientError, DynamicCert, from_kubeconfig};
+pub use client::{
+    ClientError, ClientOptions, DynamicCert, from_kubeconfig, from_kubeconfig_with, is_timeout,
+};

@@ -280,7 +280,15 @@ impl NodeStatusManager {
             }
             Some(self.patch_status(&status, own_addresses).await)
         };
-        match tokio::time::timeout(self.heartbeat_timeout(), report).await {
+        let timeout = self.heartbeat_timeout();
+        // A zero timeout means none, as for client-go's `Timeout` (the client's
+        // own request deadline still applies).
+        let outcome = if timeout.is_zero() {
+            Ok(report.await)
+        } else {
+            tokio::time::timeout(timeout, report).await
+        };
+        match outcome {
             Ok(None) => {}
             Ok(Some(Ok(node))) => {
                 reported.api_addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
@@ -290,10 +298,7 @@ impl NodeStatusManager {
                 debug!("Node status reported");
             }
             Ok(Some(Err(e))) => warn!(error = %e, "Error updating node status, will retry"),
-            Err(_) => warn!(
-                timeout = ?self.heartbeat_timeout(),
-                "Node status update timed out, will retry"
-            ),
+            Err(_) => warn!(?timeout, "Node status update timed out, will retry"),
         }
     }
 }
