@@ -48,10 +48,10 @@ impl HttpSource {
         headers: Vec<(String, String)>,
         node_name: String,
         period: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, crate::Error> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| format!("TLS setup for the manifest URL failed: {e}"))?
+            .map_err(crate::Error::Tls)?
             .https_or_http()
             .enable_http1()
             .build();

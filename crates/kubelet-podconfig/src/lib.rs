@@ -30,6 +30,14 @@ pub use api::MirrorPodSink;
 pub use manifest::{ManifestError, parse_pod_document, parse_pods_document};
 pub use storage::PodStorage;
 
+/// Why a pod source cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The HTTPS client for the manifest URL cannot be built.
+    #[error("TLS setup for the manifest URL failed: {0}")]
+    Tls(#[source] rustls::Error),
+}
+
 /// A complete snapshot of one source's pods (upstream `PodUpdate{Op: SET}`).
 #[derive(Debug, Clone)]
 pub struct SourceUpdate {

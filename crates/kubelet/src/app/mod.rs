@@ -46,7 +46,7 @@ pub enum AppError {
     },
     /// The manifest URL source cannot be set up.
     #[error("manifest URL: {0}")]
-    ManifestUrl(String),
+    ManifestUrl(#[from] kubelet_podconfig::Error),
     /// TLS bootstrap or the client certificate failed.
     #[error("client certificate: {0}")]
     Certificate(#[from] kubelet_client::CertError),
@@ -152,15 +152,12 @@ impl App {
             )
         };
         let http = match &cfg.static_pod_url {
-            Some(url) => Some(
-                HttpSource::new(
-                    url.clone(),
-                    cfg.static_pod_url_header.clone(),
-                    cfg.node_name.clone(),
-                    cfg.http_check_frequency,
-                )
-                .map_err(AppError::ManifestUrl)?,
-            ),
+            Some(url) => Some(HttpSource::new(
+                url.clone(),
+                cfg.static_pod_url_header.clone(),
+                cfg.node_name.clone(),
+                cfg.http_check_frequency,
+            )?),
             None => None,
         };
         Ok(Self {
