@@ -5,13 +5,73 @@
 //! - [`certificate`]: TLS bootstrap, the CSR exchange and rotation;
 //! - [`events`]: the event recorder and its rate-limited sink;
 //! - [`clock`]: the wall clock as a seam for paused-time tests.
+//!
+//! Every failure is an [`Error`]. File IO (kubeconfigs, certificates, keys)
+//! never runs on the async runtime: it goes through `tokio::fs` or, for a
+//! group of related sync operations, one `spawn_blocking`.
 
 pub mod certificate;
 pub mod client;
 pub mod clock;
+mod error;
 pub mod events;
 
-pub use certificate::CertError;
 pub use client::{
-    ClientError, ClientOptions, DynamicCert, from_kubeconfig, from_kubeconfig_with, is_timeout,
+    ClientOptions, DynamicCert, RequestTimeout, from_kubeconfig, from_kubeconfig_with, is_timeout,
 };
+pub use error::Error;
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Issue 7 fix 4.8: file reads must not block the async runtime.
+
+    use std::future::Future;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// Makes `fifo` (relative to a fresh directory) a FIFO with no writer, so
+    /// that opening it for reading blocks, then runs `task(dir)` on a
+    /// current-thread runtime in its own thread. Asserts that another task on
+    /// that runtime still runs within a deadline: a read done on the runtime
+    /// thread would stall it.
+    pub(crate) fn assert_runtime_not_stalled_by<F, Fut>(fifo: &str, task: F)
+    where
+        F: FnOnce(PathBuf) -> Fut + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join(fifo);
+        if let Some(parent) = fifo.parent() {
+            std::fs::create_dir_all(parent).expect("fifo dir");
+        }
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let root = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let _blocked = tokio::spawn(task(root));
+                // Other tasks on this runtime still run while the read blocks.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = done_tx.send(());
+            });
+        });
+        let answered = done_rx.recv_timeout(Duration::from_secs(5));
+        // Unblock the reader, whatever happened. Non-blocking: this open
+        // succeeds while a reader waits, and never hangs when none does.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&fifo);
+        assert!(
+            answered.is_ok(),
+            "the runtime stalled on a blocking read of {}",
+            fifo.display()
+        );
+    }
+}

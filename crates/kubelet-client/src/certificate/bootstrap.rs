@@ -12,8 +12,10 @@ use kube::config::Kubeconfig;
 use rcgen::{KeyPair, PublicKeyData};
 use tracing::{info, warn};
 
-use super::{CertError, csr, store};
+use super::{csr, store};
+use crate::Error;
 use crate::client;
+use crate::error::blocking;
 
 /// How long a bootstrap waits for its certificate (upstream: one hour).
 pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -39,59 +41,76 @@ pub async fn load_client_cert(
     bootstrap: Option<&Path>,
     cert_dir: &Path,
     node: &str,
-) -> Result<(), CertError> {
+) -> Result<(), Error> {
     if is_client_config_valid(kubeconfig).await {
         return Ok(());
     }
     let Some(bootstrap) = bootstrap else {
-        return Err(CertError::Invalid(format!(
-            "kubeconfig {} is missing or invalid and no --bootstrap-kubeconfig was given",
-            kubeconfig.display()
-        )));
+        return Err(Error::NoBootstrap {
+            kubeconfig: kubeconfig.to_path_buf(),
+        });
     };
     // A certificate from an earlier bootstrap whose kubeconfig was lost is still good.
     let current = store::current_path(cert_dir);
-    if let Ok(pem) = std::fs::read(&current)
+    if let Ok(pem) = tokio::fs::read(&current).await
         && let Ok((_, not_after)) = store::validity(&store::split_pem(&pem).0)
         && not_after > SystemTime::now()
     {
         info!(cert = %current.display(), "Using existing client certificate; writing kubeconfig");
-        return write_kubeconfig(kubeconfig, bootstrap, &current);
+        return write_kubeconfig(kubeconfig, bootstrap, &current).await;
     }
     info!(bootstrap = %bootstrap.display(), "Requesting a client certificate with the bootstrap kubeconfig");
-    let (client, _) = client::from_kubeconfig(bootstrap, 5.0, 10)
-        .await
-        .map_err(|e| CertError::Invalid(e.to_string()))?;
-    std::fs::create_dir_all(cert_dir)
-        .map_err(|e| CertError::Io(format!("{}: {e}", cert_dir.display())))?;
-    // The key survives restarts while the request is pending, so the same CSR is reused.
-    let key_path = store::pending_key_path(cert_dir);
-    let key = match std::fs::read_to_string(&key_path)
-        .ok()
-        .and_then(|k| KeyPair::from_pem(&k).ok())
-    {
-        Some(k) => k,
-        None => {
-            let k = KeyPair::generate()?;
-            store::write_private(&key_path, k.serialize_pem().as_bytes())?;
-            k
-        }
-    };
+    let (client, _) = client::from_kubeconfig(bootstrap, 5.0, 10).await?;
+    let dir = cert_dir.to_path_buf();
+    let key = blocking(move || pending_key(&dir)).await?;
     let request = csr::request_pem(node, &key)?;
     let name = csr::digested_name(&key.subject_public_key_info(), node);
     let cert = csr::request_certificate(&client, &request, Some(&name), BOOTSTRAP_TIMEOUT).await?;
-    let current = store::store_pair(cert_dir, &cert, key.serialize_pem().as_bytes())?;
-    if let Err(e) = std::fs::remove_file(&key_path) {
+    let current = store::store_pair(cert_dir, &cert, key.serialize_pem().as_bytes()).await?;
+    if let Err(e) = tokio::fs::remove_file(store::pending_key_path(cert_dir)).await {
         warn!(error = %e, "Cannot remove the pending bootstrap key");
     }
     info!(cert = %current.display(), "Client certificate issued");
-    write_kubeconfig(kubeconfig, bootstrap, &current)
+    write_kubeconfig(kubeconfig, bootstrap, &current).await
+}
+
+/// The key of the pending bootstrap request: the one kept by an earlier
+/// start, so the same CSR is reused, or a new one, kept for the next start.
+/// Blocking.
+fn pending_key(cert_dir: &Path) -> Result<KeyPair, Error> {
+    std::fs::create_dir_all(cert_dir).map_err(Error::io(cert_dir))?;
+    let key_path = store::pending_key_path(cert_dir);
+    if let Some(k) = std::fs::read_to_string(&key_path)
+        .ok()
+        .and_then(|k| KeyPair::from_pem(&k).ok())
+    {
+        return Ok(k);
+    }
+    let k = KeyPair::generate()?;
+    store::write_private(&key_path, k.serialize_pem().as_bytes())?;
+    Ok(k)
 }
 
 /// Writes the kubelet's kubeconfig: the bootstrap kubeconfig's cluster, and the
 /// certificate file as user (upstream `writeKubeconfigFromBootstrapping`).
-fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<(), CertError> {
-    let kc = Kubeconfig::read_from(bootstrap).map_err(|e| CertError::Invalid(e.to_string()))?;
+async fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<(), Error> {
+    let (kubeconfig, bootstrap, cert) = (
+        kubeconfig.to_path_buf(),
+        bootstrap.to_path_buf(),
+        cert.to_path_buf(),
+    );
+    blocking(move || write_kubeconfig_blocking(&kubeconfig, &bootstrap, &cert)).await
+}
+
+fn write_kubeconfig_blocking(
+    kubeconfig: &Path,
+    bootstrap: &Path,
+    cert: &Path,
+) -> Result<(), Error> {
+    let kc = Kubeconfig::read_from(bootstrap).map_err(|source| Error::Kubeconfig {
+        path: bootstrap.to_path_buf(),
+        source,
+    })?;
     let context = kc.current_context.clone().unwrap_or_default();
     let cluster_name = kc
         .contexts
@@ -106,19 +125,16 @@ fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<
         .iter()
         .find(|c| c.name == cluster_name)
         .and_then(|c| c.cluster.as_ref())
-        .ok_or_else(|| {
-            CertError::Invalid(format!(
-                "bootstrap kubeconfig {} has no cluster",
-                bootstrap.display()
-            ))
+        .ok_or_else(|| Error::NoCluster {
+            path: bootstrap.to_path_buf(),
         })?;
     let server = cluster.server.clone().unwrap_or_default();
     let base = bootstrap.parent().unwrap_or(Path::new("/"));
     let ca_line = if let Some(data) = &cluster.certificate_authority_data {
         format!("    certificate-authority-data: {data}\n")
     } else if let Some(file) = &cluster.certificate_authority {
-        let pem =
-            std::fs::read(base.join(file)).map_err(|e| CertError::Io(format!("{file}: {e}")))?;
+        let path = base.join(file);
+        let pem = std::fs::read(&path).map_err(Error::io(path))?;
         format!(
             "    certificate-authority-data: {}\n",
             base64::engine::general_purpose::STANDARD.encode(pem)
@@ -131,8 +147,7 @@ fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, cert: &Path) -> Result<
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n{ca_line}    server: {server}\n  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    namespace: default\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\npreferences: {{}}\nusers:\n- name: default-auth\n  user:\n    client-certificate: {cert}\n    client-key: {cert}\n"
     );
     if let Some(dir) = kubeconfig.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CertError::Io(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     }
     store::write_private(kubeconfig, text.as_bytes())?;
     info!(kubeconfig = %kubeconfig.display(), "Wrote kubeconfig");
@@ -243,5 +258,33 @@ mod tests {
             .await
             .expect_err("no bootstrap");
         assert!(e.to_string().contains("--bootstrap-kubeconfig"), "{e}");
+    }
+
+    /// Issue 7 fix 4.8: a kubeconfig whose read blocks (a FIFO with no
+    /// writer) does not stall the runtime the kubelet starts on.
+    #[test]
+    fn a_blocking_kubeconfig_read_does_not_stall_the_runtime() {
+        crate::test_support::assert_runtime_not_stalled_by("kubelet.conf", |dir| async move {
+            let _ = load_client_cert(&dir.join("kubelet.conf"), None, &dir.join("pki"), "n").await;
+        });
+    }
+
+    /// Issue 7 fix 4.8: neither does a blocking read of the certificate an
+    /// earlier bootstrap left behind.
+    #[test]
+    fn a_blocking_read_of_the_current_certificate_does_not_stall_the_runtime() {
+        crate::test_support::assert_runtime_not_stalled_by(
+            "pki/kubelet-client-current.pem",
+            |dir| async move {
+                let bootstrap = dir.join("bootstrap-kubelet.conf");
+                let _ = load_client_cert(
+                    &dir.join("kubelet.conf"),
+                    Some(&bootstrap),
+                    &dir.join("pki"),
+                    "n",
+                )
+                .await;
+            },
+        );
     }
 }

@@ -19,7 +19,7 @@ use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
 use sha2::{Digest, Sha512};
 use tracing::info;
 
-use super::CertError;
+use crate::Error;
 
 /// The signer of kubelet client certificates.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -27,7 +27,7 @@ pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
 
 /// The PEM certificate request for `node`, signed with `key`.
-pub fn request_pem(node: &str, key: &KeyPair) -> Result<String, CertError> {
+pub fn request_pem(node: &str, key: &KeyPair) -> Result<String, Error> {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params
@@ -60,7 +60,7 @@ pub async fn request_certificate(
     csr_pem: &str,
     name: Option<&str>,
     timeout: Duration,
-) -> Result<Vec<u8>, CertError> {
+) -> Result<Vec<u8>, Error> {
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let mut obj = CertificateSigningRequest {
         spec: CertificateSigningRequestSpec {
@@ -80,10 +80,9 @@ pub async fn request_certificate(
         Err(kube::Error::Api(s)) if s.code == 409 && name.is_some() => {
             let existing = api.get(name.unwrap_or_default()).await?;
             if existing.spec.request.0 != csr_pem.as_bytes() {
-                return Err(CertError::Csr(format!(
-                    "CertificateSigningRequest {} exists with a different request",
-                    name.unwrap_or_default()
-                )));
+                return Err(Error::CsrConflict {
+                    name: name.unwrap_or_default().to_string(),
+                });
             }
             existing
         }
@@ -93,24 +92,22 @@ pub async fn request_certificate(
     info!(csr = %csr_name, "Waiting for client certificate");
     tokio::time::timeout(timeout, wait_issued(&api, &csr_name, created))
         .await
-        .map_err(|_| {
-            CertError::Csr(format!(
-                "timed out waiting for CertificateSigningRequest {csr_name}"
-            ))
+        .map_err(|_| Error::CsrTimeout {
+            name: csr_name.clone(),
+            after: timeout,
         })?
 }
 
 /// The certificate once issued, or why it never will be.
-fn issued(csr: &CertificateSigningRequest) -> Option<Result<Vec<u8>, CertError>> {
+fn issued(csr: &CertificateSigningRequest) -> Option<Result<Vec<u8>, Error>> {
     let status = csr.status.as_ref()?;
     for c in status.conditions.iter().flatten() {
         if c.status == "True" && (c.type_ == "Denied" || c.type_ == "Failed") {
-            return Some(Err(CertError::Csr(format!(
-                "certificate signing request was {}: {} {}",
-                c.type_.to_lowercase(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default()
-            ))));
+            return Some(Err(Error::CsrRefused {
+                condition: c.type_.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+            }));
         }
     }
     let approved = status
@@ -128,7 +125,7 @@ async fn wait_issued(
     api: &Api<CertificateSigningRequest>,
     name: &str,
     mut latest: CertificateSigningRequest,
-) -> Result<Vec<u8>, CertError> {
+) -> Result<Vec<u8>, Error> {
     loop {
         if let Some(r) = issued(&latest) {
             return r;
@@ -155,9 +152,9 @@ async fn wait_issued(
                     }
                 }
                 Ok(WatchEvent::Deleted(_)) => {
-                    return Err(CertError::Csr(format!(
-                        "CertificateSigningRequest {name} was deleted"
-                    )));
+                    return Err(Error::CsrDeleted {
+                        name: name.to_string(),
+                    });
                 }
                 Ok(WatchEvent::Bookmark(_)) => {}
                 Ok(WatchEvent::Error(_)) | Err(_) => break,

@@ -13,7 +13,8 @@ use rcgen::KeyPair;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{CertError, csr, store};
+use super::{csr, store};
+use crate::Error;
 use crate::client::{DynamicCert, certified_key};
 
 /// Rotates the kubelet client certificate.
@@ -35,22 +36,20 @@ pub fn rotation_deadline(not_before: SystemTime, not_after: SystemTime, jitter: 
 }
 
 impl CertManager {
-    fn current_validity(&self) -> Result<(SystemTime, SystemTime), CertError> {
+    async fn current_validity(&self) -> Result<(SystemTime, SystemTime), Error> {
         let path = store::current_path(&self.cert_dir);
-        let pem =
-            std::fs::read(&path).map_err(|e| CertError::Io(format!("{}: {e}", path.display())))?;
+        let pem = tokio::fs::read(&path).await.map_err(Error::io(&path))?;
         store::validity(&store::split_pem(&pem).0)
     }
 
-    async fn rotate(&self) -> Result<(), CertError> {
+    async fn rotate(&self) -> Result<(), Error> {
         let key = KeyPair::generate()?;
         let request = csr::request_pem(&self.node, &key)?;
         let cert = csr::request_certificate(&self.client, &request, None, Duration::from_secs(900))
             .await?;
         let key_pem = key.serialize_pem();
-        let identity = certified_key(&cert, key_pem.as_bytes())
-            .map_err(|e| CertError::Invalid(e.to_string()))?;
-        store::store_pair(&self.cert_dir, &cert, key_pem.as_bytes())?;
+        let identity = certified_key(&cert, key_pem.as_bytes())?;
+        store::store_pair(&self.cert_dir, &cert, key_pem.as_bytes()).await?;
         self.cert.set(identity);
         Ok(())
     }
@@ -59,7 +58,7 @@ impl CertManager {
     pub async fn run(self, stop: CancellationToken) {
         let mut failures = 0u32;
         loop {
-            let wait = match self.current_validity() {
+            let wait = match self.current_validity().await {
                 Ok((nb, na)) => {
                     let deadline = rotation_deadline(nb, na, rand::rng().random::<f64>());
                     let wait = deadline
@@ -109,5 +108,26 @@ mod tests {
         assert_eq!(rotation_deadline(nb, na, 0.0), nb + Duration::from_secs(70));
         assert_eq!(rotation_deadline(nb, na, 1.0), nb + Duration::from_secs(90));
         assert_eq!(rotation_deadline(nb, na, 0.5), nb + Duration::from_secs(80));
+    }
+
+    /// Issue 7 fix 4.8: reading the current certificate to schedule rotation
+    /// does not block the runtime (here the read never completes: a FIFO
+    /// with no writer).
+    #[test]
+    fn a_blocking_certificate_read_does_not_stall_the_runtime() {
+        crate::test_support::assert_runtime_not_stalled_by(
+            "pki/kubelet-client-current.pem",
+            |dir| async move {
+                let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
+                let client = kube::Client::try_from(config).expect("client");
+                let manager = CertManager {
+                    client,
+                    cert_dir: dir.join("pki"),
+                    cert: Arc::new(DynamicCert::default()),
+                    node: "n".into(),
+                };
+                manager.run(CancellationToken::new()).await;
+            },
+        );
     }
 }

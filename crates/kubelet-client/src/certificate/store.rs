@@ -1,6 +1,9 @@
 //! The certificate directory (upstream `certificate.FileStore`): each issued
 //! certificate and its key go to `kubelet-client-<timestamp>.pem`, and the
 //! `kubelet-client-current.pem` symlink is switched to it atomically.
+//!
+//! Writing is blocking file IO: [`store_pair`] does it on tokio's blocking
+//! pool.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -8,7 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::CertError;
+use crate::Error;
+use crate::error::blocking;
 
 /// The symlink the kubeconfig points at.
 pub fn current_path(cert_dir: &Path) -> PathBuf {
@@ -20,22 +24,33 @@ pub fn pending_key_path(cert_dir: &Path) -> PathBuf {
     cert_dir.join("kubelet-client.key.tmp")
 }
 
-fn io(path: &Path, e: std::io::Error) -> CertError {
-    CertError::Io(format!("{}: {e}", path.display()))
-}
-
-/// Writes a file readable by root only.
-pub fn write_private(path: &Path, data: &[u8]) -> Result<(), CertError> {
+/// Writes a file readable by root only. Blocking: call it off the runtime.
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), Error> {
     let tmp = path.with_extension("writing");
-    std::fs::write(&tmp, data).map_err(|e| io(&tmp, e))?;
+    std::fs::write(&tmp, data).map_err(Error::io(&tmp))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+        .map_err(Error::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(Error::io(path))
 }
 
-/// Stores a certificate and key and points `kubelet-client-current.pem` at them.
-pub fn store_pair(cert_dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<PathBuf, CertError> {
-    std::fs::create_dir_all(cert_dir).map_err(|e| io(cert_dir, e))?;
+/// Stores a certificate and key and points `kubelet-client-current.pem` at
+/// them; returns that path.
+pub async fn store_pair(
+    cert_dir: &Path,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<PathBuf, Error> {
+    let cert_dir = cert_dir.to_path_buf();
+    let mut pem = cert_pem.to_vec();
+    if !pem.ends_with(b"\n") {
+        pem.push(b'\n');
+    }
+    pem.extend_from_slice(key_pem);
+    blocking(move || store_pem(&cert_dir, &pem)).await
+}
+
+fn store_pem(cert_dir: &Path, pem: &[u8]) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(cert_dir).map_err(Error::io(cert_dir))?;
     let stamp = jiff::Zoned::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
     let mut name = cert_dir.join(format!("kubelet-client-{stamp}.pem"));
     let mut n = 1;
@@ -43,17 +58,12 @@ pub fn store_pair(cert_dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<Pa
         name = cert_dir.join(format!("kubelet-client-{stamp}-{n}.pem"));
         n += 1;
     }
-    let mut pem = cert_pem.to_vec();
-    if !pem.ends_with(b"\n") {
-        pem.push(b'\n');
-    }
-    pem.extend_from_slice(key_pem);
-    write_private(&name, &pem)?;
+    write_private(&name, pem)?;
     let current = current_path(cert_dir);
     let link = cert_dir.join("kubelet-client-current.pem.updating");
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&name, &link).map_err(|e| io(&link, e))?;
-    std::fs::rename(&link, &current).map_err(|e| io(&current, e))?;
+    std::os::unix::fs::symlink(&name, &link).map_err(Error::io(&link))?;
+    std::fs::rename(&link, &current).map_err(Error::io(&current))?;
     Ok(current)
 }
 
@@ -82,13 +92,20 @@ pub fn split_pem(pem: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Validity period of the first certificate in a PEM.
-pub fn validity(cert_pem: &[u8]) -> Result<(SystemTime, SystemTime), CertError> {
+pub fn validity(cert_pem: &[u8]) -> Result<(SystemTime, SystemTime), Error> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
-    let der = CertificateDer::from_pem_slice(cert_pem)
-        .map_err(|e| CertError::Invalid(format!("certificate PEM: {e}")))?;
-    let (_, cert) = X509Certificate::from_der(der.as_ref())
-        .map_err(|e| CertError::Invalid(format!("certificate: {e}")))?;
+    use x509_parser::error::X509Error;
+    let der = CertificateDer::from_pem_slice(cert_pem).map_err(|source| Error::Pem {
+        what: "certificate",
+        source,
+    })?;
+    let (_, cert) = X509Certificate::from_der(der.as_ref()).map_err(|e| {
+        Error::X509(match e {
+            x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
+            x509_parser::nom::Err::Incomplete(_) => X509Error::InvalidCertificate,
+        })
+    })?;
     let v = cert.validity();
     let to_time = |t: i64| {
         let secs = u64::try_from(t).unwrap_or(0);
@@ -104,8 +121,8 @@ pub fn validity(cert_pem: &[u8]) -> Result<(SystemTime, SystemTime), CertError> 
 mod tests {
     use super::*;
 
-    #[test]
-    fn pairs_are_stored_behind_the_current_symlink() {
+    #[tokio::test]
+    async fn pairs_are_stored_behind_the_current_symlink() {
         let dir = tempfile::tempdir().expect("tmp");
         let key = rcgen::KeyPair::generate().expect("key");
         let cert = rcgen::CertificateParams::new(vec![])
@@ -117,6 +134,7 @@ mod tests {
             cert.pem().as_bytes(),
             key.serialize_pem().as_bytes(),
         )
+        .await
         .expect("store");
         let target = std::fs::read_link(&p).expect("symlink");
         assert!(
@@ -145,6 +163,7 @@ mod tests {
             cert.pem().as_bytes(),
             key.serialize_pem().as_bytes(),
         )
+        .await
         .expect("store");
         assert_ne!(std::fs::read_link(&p2).expect("link"), target);
     }

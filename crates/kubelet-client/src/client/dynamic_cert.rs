@@ -11,6 +11,8 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::Error;
+
 /// A certificate/key pair that can be replaced.
 #[derive(Debug, Default)]
 pub struct DynamicCert {
@@ -18,23 +20,23 @@ pub struct DynamicCert {
     serial: RwLock<u64>,
 }
 
-/// Why PEM could not be used as a client identity.
-#[derive(Debug, thiserror::Error)]
-#[error("client certificate: {0}")]
-pub struct IdentityError(pub String);
-
 /// Parses a PEM certificate chain and a PEM private key into a signing identity.
-pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, IdentityError> {
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| IdentityError(format!("bad certificate PEM: {e}")))?;
+        .map_err(|source| Error::Pem {
+            what: "certificate",
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(IdentityError("no certificate in PEM".into()));
+        return Err(Error::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| IdentityError(format!("bad private key PEM: {e}")))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|e| IdentityError(format!("unsupported private key: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|source| Error::Pem {
+        what: "private key",
+        source,
+    })?;
+    let signer =
+        rustls::crypto::ring::sign::any_supported_type(&key).map_err(Error::UnsupportedKey)?;
     Ok(CertifiedKey::new(certs, signer))
 }
 

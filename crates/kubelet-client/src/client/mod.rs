@@ -11,7 +11,7 @@ pub mod deadline;
 pub mod dynamic_cert;
 pub mod rate_limit;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use secrecy::ExposeSecret;
 use tower::ServiceBuilder;
+
+use crate::Error;
+use crate::error::blocking;
 
 pub use deadline::{DEFAULT_REQUEST_TIMEOUT, RequestTimeout, is_timeout};
 pub use dynamic_cert::{DynamicCert, certified_key};
@@ -64,22 +67,6 @@ impl ClientOptions {
     }
 }
 
-/// Why a client cannot be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The kubeconfig cannot be read.
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig {
-        /// File.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// TLS or client setup failed.
-    #[error("apiserver client: {0}")]
-    Setup(String),
-}
-
 /// The cluster and credentials of a kubeconfig, read once.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -89,59 +76,79 @@ pub struct Loaded {
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
+/// PEM given inline (base64 `data`) or as a `file` relative to `base`.
 fn read_pem(
     data: Option<&str>,
     file: Option<&str>,
+    field: &'static str,
     base: &Path,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, Error> {
     if let Some(d) = data {
         return base64::engine::general_purpose::STANDARD
             .decode(d.trim())
             .map(Some)
-            .map_err(|e| format!("bad base64: {e}"));
+            .map_err(|source| Error::Base64 { field, source });
     }
     match file {
         Some(f) => {
             let p = base.join(f);
-            std::fs::read(&p)
-                .map(Some)
-                .map_err(|e| format!("{}: {e}", p.display()))
+            std::fs::read(&p).map(Some).map_err(Error::io(p))
         }
         None => Ok(None),
     }
 }
 
 /// Reads a kubeconfig: cluster, CA and the user's credentials.
-pub async fn load(path: &Path) -> Result<Loaded, ClientError> {
-    let err = |message: String| ClientError::Kubeconfig {
+///
+/// All of it is file IO (kube-rs reads the kubeconfig and the CA file
+/// synchronously), so it runs as one group on the blocking pool.
+pub async fn load(path: &Path) -> Result<Loaded, Error> {
+    let path = path.to_path_buf();
+    blocking(move || load_blocking(&path)).await
+}
+
+fn load_blocking(path: &Path) -> Result<Loaded, Error> {
+    let kubeconfig = |source| Error::Kubeconfig {
         path: path.to_path_buf(),
-        message,
+        source,
     };
-    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| err(e.to_string()))?;
+    let credentials = |source| Error::Credentials {
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    };
+    let kc = Kubeconfig::read_from(path).map_err(kubeconfig)?;
+    // Only reads files (the CA) and never awaits anything else, so driving it
+    // here, on a blocking-pool thread, is cheap and keeps it off the runtime.
+    let config = tokio::runtime::Handle::current()
+        .block_on(Config::from_custom_kubeconfig(
+            kc,
+            &KubeConfigOptions::default(),
+        ))
+        .map_err(kubeconfig)?;
     let base = path.parent().unwrap_or(Path::new("/"));
     let a = &config.auth_info;
     let cert = read_pem(
         a.client_certificate_data.as_deref(),
         a.client_certificate.as_deref(),
+        "client-certificate-data",
         base,
     )
-    .map_err(err)?;
+    .map_err(credentials)?;
     let key_data = a
         .client_key_data
         .as_ref()
         .map(|s| s.expose_secret().to_string());
-    let key = read_pem(key_data.as_deref(), a.client_key.as_deref(), base).map_err(err)?;
+    let key = read_pem(
+        key_data.as_deref(),
+        a.client_key.as_deref(),
+        "client-key-data",
+        base,
+    )
+    .map_err(credentials)?;
     let identity = match (cert, key) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
-        _ => {
-            return Err(err(
-                "client certificate and key must be given together".into()
-            ));
-        }
+        _ => return Err(credentials(Error::IncompleteIdentity)),
     };
     Ok(Loaded { config, identity })
 }
@@ -152,18 +159,22 @@ pub fn build(
     loaded: &Loaded,
     cert: Arc<DynamicCert>,
     limiter: Arc<TokenBucket>,
-) -> Result<Client, ClientError> {
+) -> Result<Client, Error> {
     build_with(loaded, cert, limiter, DEFAULT_REQUEST_TIMEOUT)
 }
 
 /// Builds a client for `loaded`, presenting whatever `cert` holds; each
 /// request gets `request_timeout`.
+///
+/// Blocking: kube-rs reads a `tokenFile` here, and without a CA in the
+/// kubeconfig the platform verifier loads the system's roots.
+/// [`from_kubeconfig_with`] calls it on the blocking pool.
 pub fn build_with(
     loaded: &Loaded,
     cert: Arc<DynamicCert>,
     limiter: Arc<TokenBucket>,
     request_timeout: Duration,
-) -> Result<Client, ClientError> {
+) -> Result<Client, Error> {
     let mut config = loaded.config.clone();
     // The identity comes from the resolver, not from the static config.
     config.auth_info.client_certificate = None;
@@ -171,9 +182,7 @@ pub fn build_with(
     config.auth_info.client_key = None;
     config.auth_info.client_key_data = None;
     config.connect_timeout = Some(Duration::from_secs(10));
-    let mut tls = config
-        .rustls_client_config()
-        .map_err(|e| ClientError::Setup(e.to_string()))?;
+    let mut tls = config.rustls_client_config().map_err(Error::Setup)?;
     tls.client_auth_cert_resolver = cert.clone();
     let connect_timeout = config.connect_timeout;
     let make = move || {
@@ -207,9 +216,7 @@ pub fn build_with(
         };
         async move { hyper.request(req).await.map_err(tower::BoxError::from) }
     });
-    let auth = config
-        .auth_layer()
-        .map_err(|e| ClientError::Setup(e.to_string()))?;
+    let auth = config.auth_layer().map_err(Error::Setup)?;
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(auth)
@@ -225,7 +232,7 @@ pub async fn from_kubeconfig(
     path: &Path,
     qps: f64,
     burst: u32,
-) -> Result<(Client, Arc<DynamicCert>), ClientError> {
+) -> Result<(Client, Arc<DynamicCert>), Error> {
     from_kubeconfig_with(path, ClientOptions::new(qps, burst)).await
 }
 
@@ -233,21 +240,19 @@ pub async fn from_kubeconfig(
 pub async fn from_kubeconfig_with(
     path: &Path,
     options: ClientOptions,
-) -> Result<(Client, Arc<DynamicCert>), ClientError> {
+) -> Result<(Client, Arc<DynamicCert>), Error> {
     let loaded = load(path).await?;
     let cert = Arc::new(DynamicCert::default());
     if let Some((c, k)) = &loaded.identity {
-        cert.set(certified_key(c, k).map_err(|e| ClientError::Kubeconfig {
+        cert.set(certified_key(c, k).map_err(|e| Error::Credentials {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            source: Box::new(e),
         })?);
     }
-    let client = build_with(
-        &loaded,
-        cert.clone(),
-        Arc::new(TokenBucket::new(options.qps, options.burst)),
-        options.request_timeout,
-    )?;
+    let limiter = Arc::new(TokenBucket::new(options.qps, options.burst));
+    let identity = cert.clone();
+    let client =
+        blocking(move || build_with(&loaded, identity, limiter, options.request_timeout)).await?;
     Ok((client, cert))
 }
 

@@ -1,7 +1,16 @@
 //! What the node is made of (the parts of cAdvisor's `MachineInfo` and
 //! `VersionInfo` that node status reports), read from the host once.
+//!
+//! Reading the host is blocking file IO (`/proc`, `/sys`, `statvfs`): async
+//! code calls [`MachineInfo::read`] and [`meminfo_bytes`], which do it on
+//! tokio's blocking pool; the `_blocking` twins are for sync code.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+/// Where [`meminfo_bytes`] reads `MemTotal`.
+const MEMINFO: &str = "/proc/meminfo";
 
 /// Host facts for node status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,9 +64,36 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Linux".to_string())
 }
 
-/// `MemTotal` from `/proc/meminfo`, in bytes (0 if unreadable).
-pub fn meminfo_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+/// Runs `read` on tokio's blocking pool; `T::default()` (the "unreadable"
+/// value of every host fact here) if the pool drops it, as at shutdown.
+async fn off_runtime<T, F>(what: &'static str, read: F) -> T
+where
+    T: Default + Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(read).await.unwrap_or_else(|e| {
+        warn!(error = %e, "Cannot read {what}");
+        T::default()
+    })
+}
+
+/// `MemTotal` from `/proc/meminfo`, in bytes (0 if unreadable), read off the
+/// async runtime.
+pub async fn meminfo_bytes() -> u64 {
+    meminfo_bytes_from(PathBuf::from(MEMINFO)).await
+}
+
+async fn meminfo_bytes_from(path: PathBuf) -> u64 {
+    off_runtime("memory size", move || meminfo_bytes_at(&path)).await
+}
+
+/// [`meminfo_bytes`] for sync code: blocks on file IO.
+pub fn meminfo_bytes_blocking() -> u64 {
+    meminfo_bytes_at(Path::new(MEMINFO))
+}
+
+fn meminfo_bytes_at(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|m| {
             m.lines()
@@ -105,15 +141,22 @@ fn fs_bytes(path: &Path) -> u64 {
 }
 
 impl MachineInfo {
-    /// Reads the host.
-    pub fn read(root_dir: &Path) -> Self {
+    /// Reads the host off the async runtime; `root_dir` is the kubelet root
+    /// dir whose filesystem is measured.
+    pub async fn read(root_dir: &Path) -> Self {
+        let root_dir = root_dir.to_path_buf();
+        off_runtime("machine info", move || Self::read_blocking(&root_dir)).await
+    }
+
+    /// [`MachineInfo::read`] for sync code: blocks on file IO.
+    pub fn read_blocking(root_dir: &Path) -> Self {
         let num_cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         let kernel_version = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
         Self {
             num_cores,
-            memory_bytes: meminfo_bytes(),
+            memory_bytes: meminfo_bytes_blocking(),
             root_fs_bytes: fs_bytes(root_dir),
             hugepages: hugepages(),
             machine_id: read_trim("/etc/machine-id"),
@@ -123,5 +166,76 @@ impl MachineInfo {
             os_image: os_image(),
             architecture: go_arch().to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_async_reads_agree_with_the_blocking_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("not/yet/created");
+        let read = MachineInfo::read(&root).await;
+        let blocking = MachineInfo::read_blocking(&root);
+        assert_eq!(
+            (read.num_cores, read.memory_bytes, read.root_fs_bytes),
+            (
+                blocking.num_cores,
+                blocking.memory_bytes,
+                blocking.root_fs_bytes
+            )
+        );
+        assert_eq!(read.boot_id, blocking.boot_id);
+        assert_eq!(meminfo_bytes().await, meminfo_bytes_blocking());
+        assert_eq!(read.memory_bytes, meminfo_bytes_blocking());
+
+        std::fs::write(
+            dir.path().join("meminfo"),
+            "MemTotal:        8148552 kB\nMemFree:  1 kB\n",
+        )
+        .expect("meminfo");
+        assert_eq!(
+            meminfo_bytes_from(dir.path().join("meminfo")).await,
+            8148552 * 1024
+        );
+        assert_eq!(meminfo_bytes_from(dir.path().join("missing")).await, 0);
+    }
+
+    /// Issue 7 fix 4.8: a host read that blocks (here a FIFO with no writer
+    /// as meminfo) does not stall the runtime `App::build` runs on.
+    #[test]
+    fn a_blocking_host_read_does_not_stall_the_runtime() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("meminfo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let _blocked = tokio::spawn(meminfo_bytes_from(path));
+                // Other tasks on this runtime still run while the read blocks.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = done_tx.send(());
+            });
+        });
+        let answered = done_rx.recv_timeout(Duration::from_secs(5));
+        // Unblock the reader, whatever happened; non-blocking, so this never
+        // hangs when no reader waits.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&fifo);
+        assert!(
+            answered.is_ok(),
+            "the runtime stalled on a blocking host read"
+        );
     }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kubelet_runtime::quantity::{parse_bytes, parse_milli_cpu};
+use kubelet_types::quantity::{parse_bytes, parse_milli_cpu};
 
 use super::machine::MachineInfo;
 use kubelet_config::ClusterConfig;

@@ -35,11 +35,15 @@ pub(super) struct Cluster {
     rotate: bool,
     pub recorder: Arc<EventRecorder>,
     sink: EventSink,
+    machine: MachineInfo,
 }
 
 /// Bootstraps the client certificate when needed and builds the client;
-/// `None` in standalone mode.
-pub(super) async fn connect(cfg: &KubeletConfig) -> Result<Option<Cluster>, AppError> {
+/// `None` in standalone mode. `machine` is what node status reports.
+pub(super) async fn connect(
+    cfg: &KubeletConfig,
+    machine: MachineInfo,
+) -> Result<Option<Cluster>, AppError> {
     let Some(kubeconfig) = &cfg.kubeconfig else {
         if cfg.bootstrap_kubeconfig.is_some() {
             return Err(AppError::Cluster(
@@ -59,7 +63,9 @@ pub(super) async fn connect(cfg: &KubeletConfig) -> Result<Option<Cluster>, AppE
     let (client, cert) =
         kubelet_client::from_kubeconfig(kubeconfig, c.kube_api_qps, c.kube_api_burst).await?;
     let current = kubelet_client::certificate::store::current_path(&cfg.cert_dir);
-    let rotate = c.rotate_certificates && cert.is_set() && current.exists();
+    let rotate = c.rotate_certificates
+        && cert.is_set()
+        && tokio::fs::try_exists(&current).await.unwrap_or(false);
     let (recorder, sink) = kubelet_client::events::channel(
         client.clone(),
         &cfg.node_name,
@@ -74,6 +80,7 @@ pub(super) async fn connect(cfg: &KubeletConfig) -> Result<Option<Cluster>, AppE
         rotate,
         recorder: Arc::new(recorder),
         sink,
+        machine,
     }))
 }
 
@@ -116,7 +123,7 @@ impl Cluster {
             provider_id: cfg.provider_id.clone(),
             node_ips: w.host_ips,
             provided_node_ips: cfg.node_ips.clone(),
-            machine: MachineInfo::read(&cfg.root_dir),
+            machine: self.machine,
             runtime: Arc::new(w.remote.clone()),
             images: Arc::new(w.remote.clone()),
             runtime_state: w.runtime_state,

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use cri::RemoteRuntime;
 use kubelet_config::KubeletConfig;
+use kubelet_node::nodestatus::machine::MachineInfo;
 use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
 use kubelet_server::healthz::{Checks, LogCheck};
 use tokio::net::TcpListener;
@@ -47,12 +48,9 @@ pub enum AppError {
     /// The manifest URL source cannot be set up.
     #[error("manifest URL: {0}")]
     ManifestUrl(#[from] kubelet_podconfig::Error),
-    /// TLS bootstrap or the client certificate failed.
-    #[error("client certificate: {0}")]
-    Certificate(#[from] kubelet_client::CertError),
-    /// The apiserver client cannot be built.
-    #[error(transparent)]
-    Client(#[from] kubelet_client::ClientError),
+    /// TLS bootstrap, the client certificate or the apiserver client failed.
+    #[error("apiserver client: {0}")]
+    Client(#[from] kubelet_client::Error),
     /// Cluster mode is configured inconsistently.
     #[error("{0}")]
     Cluster(&'static str),
@@ -117,6 +115,8 @@ impl App {
             cfg.image_service_endpoint.as_deref(),
             cfg.runtime_request_timeout,
         )?;
+        // Read off the runtime: /proc, /sys and statvfs.
+        let machine = MachineInfo::read(&cfg.root_dir).await;
         let rcfg = RuntimeConfig {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
@@ -125,15 +125,14 @@ impl App {
             resolv_conf: cfg.resolv_conf.clone(),
             cgroup_driver: cfg.cgroup_driver,
             cgroup_root: cfg.cgroup_root.clone(),
-            machine_memory_bytes: i64::try_from(kubelet_node::nodestatus::machine::meminfo_bytes())
-                .unwrap_or(i64::MAX),
+            machine_memory_bytes: i64::try_from(machine.memory_bytes).unwrap_or(i64::MAX),
             runtime_handler: String::new(),
         };
         // Learn the runtime's name and version before any pod syncs; a runtime
         // that is down is retried by the runtime state's own loop.
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
         runtime_state.update_runtime_up(&remote).await;
-        let cluster = cluster::connect(&cfg).await?;
+        let cluster = cluster::connect(&cfg, machine).await?;
         let stop = CancellationToken::new();
         let mut manager =
             KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg)
