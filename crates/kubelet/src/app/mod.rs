@@ -65,6 +65,8 @@ pub struct App {
     remote: RemoteRuntime,
     manager: Arc<KubeRuntimeManager>,
     runtime_state: Arc<RuntimeState>,
+    /// The node's addresses (`--node-ip`, or the default route's interface).
+    host_ips: Vec<std::net::IpAddr>,
     healthz: Option<TcpListener>,
     http: Option<HttpSource>,
 }
@@ -159,9 +161,16 @@ impl App {
             )?),
             None => None,
         };
+        let configured = cfg.node_ips.clone();
+        // Reads /proc/net/route: off the async runtime.
+        let host_ips =
+            tokio::task::spawn_blocking(move || kubelet_node::node_ip::node_ips(&configured))
+                .await
+                .unwrap_or_default();
         Ok(Self {
             cfg,
             stop,
+            host_ips,
             cluster,
             remote,
             manager: Arc::new(manager),
@@ -176,7 +185,7 @@ impl App {
         let stop = self.stop.clone();
         let tasks = TaskTracker::new();
         let cfg = &self.cfg;
-        let host_ips = kubelet_node::node_ip::node_ips(&cfg.node_ips);
+        let host_ips = self.host_ips.clone();
         info!(?host_ips, "Node addresses");
 
         let sources = pods::Sources::new(cfg, self.http, self.cluster.as_ref());
