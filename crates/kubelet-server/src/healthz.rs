@@ -1,9 +1,17 @@
-//! The local health endpoint (upstream `pkg/kubelet/server` `InstallDefaultHandlers`
-//! with `healthz.PingHealthz`, `healthz.LogHealthz` and the `syncloop` check):
-//! `/healthz` aggregates the checks, `/healthz/<name>` serves one, `?verbose`
-//! lists each. The container runtime and the PLEG are *not* checked here, as
-//! upstream: their outages make the node NotReady, while a failing `/healthz`
-//! would make watchdogs restart the kubelet during a containerd outage.
+//! Health checks as upstream's `healthz` package serves them: `/healthz`
+//! aggregates the checks, `/healthz/<name>` serves one, `?verbose` lists each
+//! and `?exclude=` skips one.
+//!
+//! Two sets, as upstream installs them:
+//! - [`Checks::ping_only`] on the healthz port (10248): upstream
+//!   `cmd/kubelet/app/server.go` calls `healthz.InstallHandler(mux)` with no
+//!   checks, which serves `ping` alone;
+//! - [`Checks::new`] (`ping`, `log`, `syncloop`) for the node API on 10250,
+//!   upstream `Server.InstallDefaultHandlers`.
+//!
+//! The container runtime and the PLEG are checked by neither, as upstream:
+//! their outages make the node NotReady, while a failing `/healthz` would make
+//! watchdogs restart the kubelet during a containerd outage.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,24 +89,39 @@ impl LogCheck {
 
 /// The named checks behind `/healthz`.
 pub struct Checks {
-    host: Arc<dyn HostInterface>,
-    log: Arc<LogCheck>,
+    /// `None`: `ping` alone (the healthz port).
+    host: Option<(Arc<dyn HostInterface>, Arc<LogCheck>)>,
 }
 
-/// Check names, in upstream's order.
+/// Check names of the full set, in upstream's order.
 pub const CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
 
 impl Checks {
-    /// Checks over `host`, with `log` kept fresh by [`LogCheck::run`].
+    /// `ping`, `log` and `syncloop` over `host`, with `log` kept fresh by
+    /// [`LogCheck::run`] (the node API's `/healthz`).
     pub fn new(host: Arc<dyn HostInterface>, log: Arc<LogCheck>) -> Self {
-        Self { host, log }
+        Self {
+            host: Some((host, log)),
+        }
+    }
+
+    /// `ping` alone, as upstream serves the healthz port (10248).
+    pub fn ping_only() -> Self {
+        Self { host: None }
+    }
+
+    fn names(&self) -> &'static [&'static str] {
+        match self.host {
+            Some(_) => &CHECKS,
+            None => &CHECKS[..1],
+        }
     }
 
     /// Upstream `syncLoopHealthCheck`: the loop must have gone round within
     /// twice the resync interval, and at least 5 minutes.
-    fn sync_loop(&self) -> Result<(), String> {
-        let allowed = (self.host.resync_interval() * 2).max(MIN_SYNC_LOOP_STALL);
-        match self.host.latest_loop_entry_time() {
+    fn sync_loop(host: &dyn HostInterface) -> Result<(), String> {
+        let allowed = (host.resync_interval() * 2).max(MIN_SYNC_LOOP_STALL);
+        match host.latest_loop_entry_time() {
             Some(t) if t.elapsed() > allowed => Err(format!(
                 "sync Loop took longer than expected: last iteration {:?} ago",
                 t.elapsed()
@@ -109,10 +132,10 @@ impl Checks {
 
     /// Runs the check `name`; `None` for an unknown name.
     pub fn run(&self, name: &str) -> Option<Result<(), String>> {
-        match name {
-            "ping" => Some(Ok(())),
-            "log" => Some(self.log.check()),
-            "syncloop" => Some(self.sync_loop()),
+        match (name, &self.host) {
+            ("ping", _) => Some(Ok(())),
+            ("log", Some((_, log))) => Some(log.check()),
+            ("syncloop", Some((host, _))) => Some(Self::sync_loop(host.as_ref())),
             _ => None,
         }
     }
@@ -123,7 +146,7 @@ impl Checks {
     pub fn aggregate(&self, verbose: bool, exclude: &[String]) -> (StatusCode, String) {
         let mut body = String::new();
         let mut failed = false;
-        for name in CHECKS {
+        for name in self.names() {
             if exclude.iter().any(|e| e == name) {
                 body.push_str(&format!("[+]{name} excluded: ok\n"));
                 continue;
@@ -237,6 +260,27 @@ mod tests {
             body,
             "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n"
         );
+    }
+
+    /// Upstream's healthz port serves `ping` alone.
+    #[tokio::test(start_paused = true)]
+    async fn the_healthz_port_serves_ping_alone() {
+        let c = Arc::new(Checks::ping_only());
+        assert_eq!(c.aggregate(false, &[]), (StatusCode::OK, "ok".to_string()));
+        assert_eq!(
+            c.aggregate(true, &[]).1,
+            "[+]ping ok\nhealthz check passed\n"
+        );
+        assert_eq!(
+            one(State(c.clone()), Path("ping".into())).await.0,
+            StatusCode::OK
+        );
+        for name in ["log", "syncloop"] {
+            assert_eq!(
+                one(State(c.clone()), Path(name.into())).await.0,
+                StatusCode::NOT_FOUND
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

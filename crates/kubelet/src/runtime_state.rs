@@ -1,14 +1,16 @@
 //! The node's view of the container runtime (upstream `pkg/kubelet/runtime.go`
-//! `runtimeState` and `updateRuntimeUp`): whether the runtime answers and is
-//! ready, whether its network is ready, the runtime's name and version as of
-//! the last (re)connect, and named health checks (the PLEG). Node status reads
-//! it to set the Ready condition; `/healthz` does not, as upstream.
+//! `runtimeState` and `updateRuntimeUp`): when the runtime last answered
+//! ready (the runtime is *down* once that is older than 30 s), whether it and
+//! its network report ready, the runtime's name and version as of the last
+//! check, and named health checks (the PLEG). Node status reads it to set the
+//! Ready condition; `/healthz` does not, as upstream.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cri::RuntimeService;
 use parking_lot::RwLock;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -16,6 +18,9 @@ use tracing::{info, warn};
 pub const RUNTIME_CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// Deadline of one status or version call.
 pub const RUNTIME_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The runtime is down when it last answered ready longer ago than this
+/// (upstream `baseRuntimeSyncThreshold`).
+pub const BASE_RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(30);
 
 /// A named health check (upstream `addHealthCheck`), e.g. the PLEG's.
 pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -31,6 +36,8 @@ pub struct RuntimeVersion {
 
 /// What the kubelet knows of the runtime's health.
 pub struct RuntimeState {
+    /// When the runtime last answered with RuntimeReady=true.
+    last_base_runtime_sync: RwLock<Option<Instant>>,
     runtime_error: RwLock<Option<String>>,
     network_error: RwLock<Option<String>>,
     version: RwLock<Option<RuntimeVersion>>,
@@ -41,6 +48,7 @@ impl RuntimeState {
     /// A state with no errors yet and `health_checks` run on every read.
     pub fn new(health_checks: Vec<(&'static str, HealthCheck)>) -> Self {
         Self {
+            last_base_runtime_sync: RwLock::new(None),
             runtime_error: RwLock::new(None),
             network_error: RwLock::new(None),
             version: RwLock::new(None),
@@ -67,62 +75,75 @@ impl RuntimeState {
             .map_or_else(|| "containerd".to_string(), |v| v.name.clone())
     }
 
-    /// Records the result of one runtime `Status` call.
-    fn set_errors(&self, runtime: Option<String>, network: Option<String>) {
-        *self.network_error.write() = network;
+    fn set_runtime_error(&self, err: Option<String>) {
         let mut cur = self.runtime_error.write();
-        match (&*cur, &runtime) {
-            (None, Some(e)) => warn!(error = %e, "Container runtime check failed"),
-            (Some(_), None) => info!("Container runtime is back"),
+        match (&*cur, &err) {
+            (None, Some(e)) => warn!(error = %e, "Container runtime not ready"),
+            (Some(_), None) => info!("Container runtime is ready"),
             _ => {}
         }
-        *cur = runtime;
+        *cur = err;
     }
 
-    /// One check (upstream `updateRuntimeUp`): the runtime's status, and its
-    /// version whenever it was not known or the runtime was down before, so a
-    /// runtime restarted or upgraded underneath is seen as it now is.
+    /// One check (upstream `updateRuntimeUp`). A failed or hung `Status` call
+    /// changes nothing: the runtime counts as down only once it has not
+    /// answered ready for [`BASE_RUNTIME_SYNC_THRESHOLD`]. A missing condition
+    /// counts as not ready. On every ready answer the runtime's name and
+    /// version are read again, so a runtime restarted or upgraded between two
+    /// checks is seen as it now is.
     pub async fn update_runtime_up(&self, runtime: &dyn RuntimeService) {
-        let was_down = self.runtime_error.read().is_some() || self.version.read().is_none();
-        let status = tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.status()).await;
-        let (err, network) = match status {
-            Ok(Ok(s)) => {
-                let down = |t: &str| s.conditions.iter().find(|c| c.r#type == t && !c.status);
-                (
-                    down("RuntimeReady").map(|c| {
-                        format!("container runtime not ready: {}: {}", c.reason, c.message)
-                    }),
-                    down("NetworkReady").map(|c| {
-                        format!(
-                            "container runtime network not ready: NetworkReady=false reason:{} message:{}",
-                            c.reason, c.message
-                        )
-                    }),
-                )
+        let status = match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.status()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                warn!(error = %e, "Container runtime sanity check failed");
+                return;
             }
-            Ok(Err(e)) => (Some(format!("container runtime is down: {e}")), None),
-            Err(_) => (
-                Some(format!(
-                    "container runtime is down: no answer in {RUNTIME_CHECK_TIMEOUT:?}"
-                )),
-                None,
-            ),
+            Err(_) => {
+                warn!(timeout = ?RUNTIME_CHECK_TIMEOUT, "Container runtime sanity check timed out");
+                return;
+            }
         };
-        let up = err.is_none();
-        self.set_errors(err, network);
-        if up && was_down {
-            match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.version()).await {
-                Ok(Ok(v)) => {
-                    info!(runtime = %v.runtime_name, version = %v.runtime_version,
-                        api = %v.runtime_api_version, "Connected to container runtime");
-                    *self.version.write() = Some(RuntimeVersion {
-                        name: v.runtime_name,
-                        version: v.runtime_version,
-                    });
-                }
-                Ok(Err(e)) => warn!(error = %e, "Cannot read the runtime's version"),
-                Err(_) => warn!("The runtime's version call timed out"),
+        let condition = |t: &str| {
+            status.conditions.iter().find(|c| c.r#type == t).map(|c| {
+                (
+                    c.status,
+                    format!("{t}={} reason:{} message:{}", c.status, c.reason, c.message),
+                )
+            })
+        };
+        *self.network_error.write() = match condition("NetworkReady") {
+            Some((true, _)) => None,
+            Some((false, c)) => Some(format!("container runtime network not ready: {c}")),
+            None => Some("container runtime network not ready: <nil>".to_string()),
+        };
+        match condition("RuntimeReady") {
+            Some((true, _)) => {}
+            Some((false, c)) => {
+                self.set_runtime_error(Some(format!("container runtime not ready: {c}")));
+                return;
             }
+            None => {
+                self.set_runtime_error(Some("container runtime not ready: <nil>".to_string()));
+                return;
+            }
+        }
+        self.set_runtime_error(None);
+        *self.last_base_runtime_sync.write() = Some(Instant::now());
+        match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.version()).await {
+            Ok(Ok(v)) => {
+                let new = RuntimeVersion {
+                    name: v.runtime_name,
+                    version: v.runtime_version,
+                };
+                let mut cur = self.version.write();
+                if cur.as_ref() != Some(&new) {
+                    info!(runtime = %new.name, version = %new.version,
+                        api = %v.runtime_api_version, "Connected to container runtime");
+                    *cur = Some(new);
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "Cannot read the runtime's version"),
+            Err(_) => warn!("The runtime's version call timed out"),
         }
     }
 
@@ -142,13 +163,24 @@ impl RuntimeState {
 }
 
 impl kubelet_node::RuntimeState for RuntimeState {
+    /// Upstream `runtimeErrors`, in its order.
     fn runtime_errors(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.runtime_error.read().iter().cloned().collect();
+        let mut out = vec![];
+        match *self.last_base_runtime_sync.read() {
+            None => {
+                out.push("container runtime status check may not have completed yet".to_string())
+            }
+            Some(t) if t.elapsed() >= BASE_RUNTIME_SYNC_THRESHOLD => {
+                out.push("container runtime is down".to_string());
+            }
+            Some(_) => {}
+        }
         for (name, check) in self.health_checks.read().iter() {
             if let Err(e) = check() {
                 out.push(format!("{name} is not healthy: {e}"));
             }
         }
+        out.extend(self.runtime_error.read().iter().cloned());
         out
     }
 
@@ -163,8 +195,10 @@ mod tests {
     use kubelet_node::RuntimeState as _;
     use kubelet_test_util::FakeRuntime;
 
+    const NETWORK_DOWN: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni config uninitialized";
+
     #[tokio::test(start_paused = true)]
-    async fn runtime_down_is_noticed_and_recovery_clears_it() {
+    async fn the_runtime_is_down_after_30s_without_a_ready_answer() {
         let fake = FakeRuntime::new();
         let pleg_ok = Arc::new(parking_lot::Mutex::new(Ok(())));
         let check = pleg_ok.clone();
@@ -172,16 +206,31 @@ mod tests {
             "PLEG",
             Arc::new(move || check.lock().clone()) as HealthCheck,
         )]));
+        assert_eq!(
+            state.runtime_errors(),
+            vec!["container runtime status check may not have completed yet".to_string()]
+        );
         let stop = CancellationToken::new();
-        fake.set_down(true);
         tokio::spawn(state.clone().run(Arc::new(fake.clone()), stop.clone()));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(
-            state.runtime_errors()[0].starts_with("container runtime is down"),
+            state.runtime_errors().is_empty(),
             "{:?}",
             state.runtime_errors()
         );
-        assert_eq!(state.version(), None);
+        // One failed check changes nothing; 30s without a ready answer does.
+        fake.set_down(true);
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD * 2).await;
+        assert!(
+            state.runtime_errors().is_empty(),
+            "a blip: {:?}",
+            state.runtime_errors()
+        );
+        tokio::time::sleep(BASE_RUNTIME_SYNC_THRESHOLD).await;
+        assert_eq!(
+            state.runtime_errors(),
+            vec!["container runtime is down".to_string()]
+        );
         fake.set_down(false);
         tokio::time::sleep(RUNTIME_CHECK_PERIOD + Duration::from_millis(10)).await;
         assert!(
@@ -191,12 +240,7 @@ mod tests {
         );
         fake.set_network_down(true);
         tokio::time::sleep(RUNTIME_CHECK_PERIOD).await;
-        assert_eq!(
-            state.network_errors(),
-            vec![
-                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni config uninitialized".to_string()
-            ]
-        );
+        assert_eq!(state.network_errors(), vec![NETWORK_DOWN.to_string()]);
         assert!(state.runtime_errors().is_empty());
         *pleg_ok.lock() = Err("pleg was last seen active 3m1s ago".into());
         assert_eq!(
@@ -207,23 +251,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_runtime_version_is_read_again_after_a_reconnect() {
+    async fn the_runtime_version_is_read_again_on_every_check() {
         let fake = FakeRuntime::new();
         let state = RuntimeState::new(vec![]);
         assert_eq!(state.runtime_name(), "containerd");
         state.update_runtime_up(&fake).await;
-        let first = state.version().expect("version read on connect");
+        assert_eq!(state.runtime_name(), "fake");
+        // Restarted and upgraded between two checks, never seen down.
         fake.set_version("containerd", "1.7.99");
         state.update_runtime_up(&fake).await;
-        assert_eq!(state.version(), Some(first), "not re-read while connected");
-        fake.set_down(true);
-        state.update_runtime_up(&fake).await;
-        fake.set_down(false);
-        state.update_runtime_up(&fake).await;
         assert_eq!(
-            state.version().map(|v| v.version),
-            Some("1.7.99".to_string()),
-            "re-read after the runtime came back"
+            state.version(),
+            Some(RuntimeVersion {
+                name: "containerd".into(),
+                version: "1.7.99".into()
+            })
         );
+        assert_eq!(state.runtime_name(), "containerd");
     }
 }

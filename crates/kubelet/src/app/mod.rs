@@ -15,7 +15,7 @@ use cri::RemoteRuntime;
 use kubelet_config::KubeletConfig;
 use kubelet_node::nodestatus::machine::MachineInfo;
 use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
-use kubelet_server::healthz::{Checks, LogCheck};
+use kubelet_server::healthz::Checks;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -84,6 +84,8 @@ pub struct AppHandle {
     pub runtime_state: Arc<RuntimeState>,
     /// Where `/healthz` listens.
     pub healthz_addr: Option<SocketAddr>,
+    /// The kubelet as its server reads it (`HostInterface`), for the node API.
+    pub host: Arc<crate::host::KubeletHost>,
     /// The Node's UID once registered (cluster mode).
     pub registered: watch::Receiver<Option<String>>,
     /// The client certificate in use (cluster mode).
@@ -208,19 +210,11 @@ impl App {
                 .clone()
                 .run(runtime, stop.child_token()),
         );
+        // The healthz port serves `ping` alone, as upstream's does; the
+        // `log` and `syncloop` checks belong to the node API on 10250.
         let healthz_addr = self.healthz.and_then(|l| {
             let addr = l.local_addr().ok();
-            let log = Arc::new(LogCheck::default());
-            spawn_in(
-                &tasks,
-                info_span!("healthz_log"),
-                log.clone().run(stop.child_token()),
-            );
-            let host = Arc::new(crate::host::KubeletHost {
-                heartbeat: running.heartbeat.clone(),
-                resync: cfg.sync_frequency,
-            });
-            let checks = Arc::new(Checks::new(host, log));
+            let checks = Arc::new(Checks::ping_only());
             spawn_in(
                 &tasks,
                 info_span!("healthz"),
@@ -264,6 +258,10 @@ impl App {
                 desired: running.pods,
                 runtime_state: running.runtime_state,
                 healthz_addr,
+                host: Arc::new(crate::host::KubeletHost {
+                    heartbeat: running.heartbeat,
+                    resync: cfg.sync_frequency,
+                }),
                 registered,
                 client_cert,
             },
