@@ -89,6 +89,7 @@ pub fn spawn_merger(
     let ready = Arc::new(SourcesReady::new(expected.iter().copied()));
     let r = ready.clone();
     let mut storage = PodStorage::default();
+    let no_sources = expected.is_empty();
     let merger = async move {
         loop {
             let update = tokio::select! {
@@ -96,13 +97,15 @@ pub fn spawn_merger(
                 () = stop.cancelled() => return,
                 u = src_rx.recv() => match u {
                     Some(u) => u,
-                    // No source left (or none configured): the sync loop keeps
-                    // running on what it has, as upstream's never-closing
-                    // PodConfig channel lets it, until the kubelet stops.
-                    None => {
+                    // With no source configured, the sync loop keeps running
+                    // on nothing until the kubelet stops, as upstream's. When
+                    // configured sources are all gone (they end only on stop
+                    // or a crash), closing ends the sync loop and the process.
+                    None if no_sources => {
                         stop.cancelled().await;
                         return;
                     }
+                    None => return,
                 },
             };
             let now = jiff::Timestamp::now().to_string();
@@ -124,8 +127,8 @@ pub fn spawn_merger(
 mod tests {
     use super::*;
 
-    /// With no source configured (or every source gone) the update channel
-    /// stays open until the kubelet stops: the sync loop must not exit.
+    /// With no source configured the update channel stays open until the
+    /// kubelet stops: the sync loop must not exit.
     #[tokio::test(start_paused = true)]
     async fn the_update_channel_outlives_the_sources() {
         let stop = CancellationToken::new();
@@ -136,5 +139,18 @@ mod tests {
         assert!(open.is_err(), "still open an hour later: {open:?}");
         stop.cancel();
         assert!(rx.recv().await.is_none(), "closed once the kubelet stops");
+    }
+
+    /// Configured sources that are all gone close the channel (and so end
+    /// the sync loop), as before.
+    #[tokio::test(start_paused = true)]
+    async fn the_update_channel_closes_when_configured_sources_are_gone() {
+        let (tx, mut rx, _) = spawn_merger(
+            &TaskTracker::new(),
+            &[Source::File],
+            CancellationToken::new(),
+        );
+        drop(tx);
+        assert!(rx.recv().await.is_none());
     }
 }

@@ -86,6 +86,16 @@ pub fn grace_period(pod: &Pod) -> Duration {
     Duration::from_secs(u64::try_from(secs).unwrap_or(0)).max(MIN_GRACE_PERIOD)
 }
 
+/// True for a pod from a static source, a file or a URL (upstream
+/// `kubetypes.IsStaticPod`: the `kubernetes.io/config.source` annotation).
+pub fn is_static(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::labels::CONFIG_SOURCE))
+        .is_some_and(|s| s == "file" || s == "http")
+}
+
 /// True when the pod uses the node's network namespace.
 pub fn host_network(pod: &Pod) -> bool {
     pod.spec

@@ -1,10 +1,34 @@
-//! Errors of the agent's pod pipeline, typed so that a worker can tell a
-//! retryable runtime failure from a user-visible container error (upstream
-//! keeps the `SyncResult` per step for the same reason).
+//! The agent's one error type: why the kubelet cannot start, and why a pod
+//! sync or kill failed, typed so that a worker can tell a retryable runtime
+//! failure from a user-visible container error (upstream keeps the
+//! `SyncResult` per step for the same reason).
 
-/// Why a pod sync or kill failed.
+use std::net::SocketAddr;
+
+/// Errors of the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The CRI endpoint is unusable.
+    #[error("container runtime client: {0}")]
+    Runtime(#[from] cri::CriError),
+    /// The healthz address cannot be bound.
+    #[error("cannot listen on healthz address {addr}: {source}")]
+    Healthz {
+        /// Address.
+        addr: SocketAddr,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The manifest URL source cannot be set up.
+    #[error("manifest URL: {0}")]
+    ManifestUrl(#[from] kubelet_podconfig::Error),
+    /// TLS bootstrap, the client certificate or the apiserver client failed.
+    #[error("apiserver client: {0}")]
+    Client(#[from] kubelet_client::Error),
+    /// Cluster mode is configured inconsistently.
+    #[error("{0}")]
+    Cluster(&'static str),
     /// The runtime's view of the pod could not be read.
     #[error("cannot read pod status from the runtime: {0}")]
     PodStatus(#[source] std::sync::Arc<kubelet_runtime::Error>),
@@ -25,19 +49,15 @@ fn join(errors: &[kubelet_runtime::Error]) -> String {
 }
 
 impl Error {
-    /// The runtime errors behind this one, each with its upstream reason.
-    pub fn runtime_errors(&self) -> Vec<&kubelet_runtime::Error> {
-        match self {
-            Self::PodStatus(e) => vec![e.as_ref()],
-            Self::Kill(e) => vec![e],
-            Self::Sync(v) => v.iter().collect(),
-        }
-    }
-
     /// The upstream reason of the first failed step (`FailedSync` by default).
     pub fn reason(&self) -> &'static str {
-        self.runtime_errors()
-            .first()
-            .map_or("FailedSync", |e| e.reason())
+        match self {
+            Self::PodStatus(e) => e.reason(),
+            Self::Kill(e) => e.reason(),
+            Self::Sync(v) => v
+                .first()
+                .map_or("FailedSync", kubelet_runtime::Error::reason),
+            _ => "FailedSync",
+        }
     }
 }

@@ -25,5 +25,6 @@ pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;
 
-pub use app::{App, AppError, AppHandle, Running};
+pub use app::{App, AppHandle, Running};
+pub use error::Error as AppError;
 pub use kubelet_config::{ConfigError, KubeletConfig};

@@ -32,11 +32,6 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// True for a pod from a static source, file or HTTP (upstream `kubetypes.IsStaticPod`).
-pub fn is_static(p: &Pod) -> bool {
-    matches!(annotation(p, labels::CONFIG_SOURCE), Some("file" | "http"))
-}
-
 /// The mirror pod of a static pod (upstream `CreateMirrorPod`).
 pub fn mirror_of(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
     let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
@@ -120,7 +115,7 @@ impl MirrorManager {
             .desired
             .get_pods()
             .into_iter()
-            .filter(|p| is_static(p) && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| pod::is_static(p) && p.metadata.deletion_timestamp.is_none())
             .collect();
         for sp in &statics {
             let hash = annotation(sp, labels::CONFIG_HASH).unwrap_or(pod::uid(sp));

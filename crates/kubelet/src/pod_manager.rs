@@ -99,6 +99,7 @@ impl PodManager {
     }
 
     /// Forgets every desired pod.
+    #[cfg(test)]
     pub fn clear(&self) {
         self.inner.write().pods.clear();
     }

@@ -197,7 +197,17 @@ impl PodSyncer for RuntimePodSyncer {
     }
 
     async fn kill_pod(&self, p: &Arc<Pod>, remove: bool) -> Result<(), Error> {
-        self.kill_pod_once(p, remove).await
+        let out = self.kill_pod_once(p, remove).await;
+        // Upstream sets lastSyncTime after every piece of work: a pod re-added
+        // after this kill must not read a status from before it.
+        self.last_sync
+            .lock()
+            .insert(pod::uid(p).to_string(), Instant::now());
+        out
+    }
+
+    fn forget(&self, uid: &str) {
+        self.last_sync.lock().remove(uid);
     }
 }
 
@@ -275,7 +285,6 @@ impl RuntimePodSyncer {
                 .await
                 .map_err(Error::Kill)?;
             self.status.remove(uid);
-            self.last_sync.lock().remove(uid);
             info!("Pod stopped and removed");
         } else {
             let status = self

@@ -69,6 +69,8 @@ pub trait PodSyncer: Send + Sync + 'static {
     async fn kill_pod(&self, pod: &Arc<Pod>, remove: bool) -> Result<(), Error>;
     /// Forgets expired crash-loop and pull backoff entries (upstream `backOff.GC`).
     fn gc_backoff(&self) {}
+    /// Forgets what the syncer keeps of a pod whose worker is gone.
+    fn forget(&self, _uid: &str) {}
 }
 
 /// The pod workers as the sync loop drives them (upstream `PodWorkers`).
@@ -160,6 +162,46 @@ fn preempts(new: &PodWork, running: &InFlight) -> bool {
     }
 }
 
+/// A kill arriving for a pod that is already being killed (in flight, or
+/// pending) is merged into it, as upstream's `calculateEffectiveGracePeriod`:
+/// once a pod is terminating its grace period can only decrease, and a
+/// removal asked for once is never dropped.
+fn merge_kill(new: PodWork, pending: Option<&PodWork>, running: Option<&InFlight>) -> PodWork {
+    let WorkKind::Kill { remove } = new.kind else {
+        return new;
+    };
+    let mut remove = remove;
+    let mut pod = new.pod;
+    if let Some(PodWork {
+        kind: WorkKind::Kill { remove: r },
+        pod: p,
+    }) = pending
+    {
+        remove |= *r;
+        if pod::grace_period(p) < pod::grace_period(&pod) {
+            pod = p.clone();
+        }
+    }
+    if let Some(InFlight {
+        kind: WorkKind::Kill { remove: r },
+        grace,
+        ..
+    }) = running
+    {
+        remove |= *r;
+        if *grace < pod::grace_period(&pod) {
+            let mut shorter = (*pod).clone();
+            shorter.metadata.deletion_grace_period_seconds =
+                Some(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX));
+            pod = Arc::new(shorter);
+        }
+    }
+    PodWork {
+        kind: WorkKind::Kill { remove },
+        pod,
+    }
+}
+
 /// The set of pod workers: one task per pod on the shared task tracker.
 pub struct AsyncPodWorkers {
     workers: Mutex<HashMap<String, Arc<Slot>>>,
@@ -207,12 +249,15 @@ impl PodWorkers for AsyncPodWorkers {
                     pending.as_ref().map(|w| &w.kind),
                     Some(WorkKind::Kill { .. })
                 ) && work.kind == WorkKind::Sync;
-                if let Some(running) = slot.in_flight.lock().as_ref()
+                let in_flight = slot.in_flight.lock();
+                let work = merge_kill(work, pending.as_ref(), in_flight.as_ref());
+                if let Some(running) = in_flight.as_ref()
                     && preempts(&work, running)
                 {
                     info!(grace = ?pod::grace_period(&work.pod), "Cutting the pod's work in progress short");
                     running.cancel.cancel();
                 }
+                drop(in_flight);
                 if !keep_kill {
                     *pending = Some(work);
                 }
@@ -262,6 +307,7 @@ impl PodWorkers for AsyncPodWorkers {
             slot.stop.cancel();
         }
         self.queue.remove(uid);
+        self.syncer.forget(uid);
     }
 
     fn gc_backoff(&self) {
@@ -285,6 +331,9 @@ async fn run_worker(
         loop {
             // Take the work and publish it as in flight under the pending
             // lock, so an update either lands in `pending` or cancels this.
+            if slot.stop.is_cancelled() {
+                return;
+            }
             let cancel = slot.stop.child_token();
             let next = {
                 let mut pending = slot.pending.lock();
@@ -303,13 +352,16 @@ async fn run_worker(
                     let out = tokio::select! {
                         out = syncer.sync_pod(&work.pod) => out,
                         () = cancel.cancelled() => {
+                            if slot.stop.is_cancelled() {
+                                return;
+                            }
                             info!("Sync cut short by newer work");
                             continue;
                         }
                     };
                     let mut next = jittered(resync);
                     if let Some(e) = &out.error {
-                        warn!(error = %e, "Error syncing pod, skipping");
+                        warn!(error = %e, reason = e.reason(), "Error syncing pod, skipping");
                         next = next.min(ERROR_BACKOFF);
                     }
                     if let Some(r) = out.requeue_after {
@@ -321,6 +373,9 @@ async fn run_worker(
                 WorkKind::Kill { remove } => match tokio::select! {
                     r = syncer.kill_pod(&work.pod, remove) => r,
                     () = cancel.cancelled() => {
+                        if slot.stop.is_cancelled() {
+                            return;
+                        }
                         info!("Kill cut short by a shorter grace period");
                         continue;
                     }
@@ -330,7 +385,7 @@ async fn run_worker(
                         *slot.removed.lock() = remove;
                     }
                     Err(e) => {
-                        warn!(error = %e, "Error killing pod; will retry");
+                        warn!(error = %e, reason = e.reason(), "Error killing pod; will retry");
                         // Retry the kill unless newer work arrived meanwhile.
                         {
                             let mut pending = slot.pending.lock();
@@ -574,5 +629,40 @@ mod tests {
             !rec.calls.lock().iter().any(|(k, _)| k == "sync"),
             "the cut sync never completed, and no sync replaced the pending kill"
         );
+    }
+
+    /// Once a pod is terminating its grace period only decreases, and a
+    /// removal asked for once sticks (upstream `calculateEffectiveGracePeriod`).
+    #[tokio::test(start_paused = true)]
+    async fn merged_kills_keep_the_shortest_grace_and_the_removal() {
+        let rec = Arc::new(Recorder::default());
+        rec.kill_waits_grace.store(true, Ordering::SeqCst);
+        let w = AsyncPodWorkers::new(
+            rec.clone(),
+            Arc::new(WorkQueue::default()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let p = pod("busybox");
+        let mut remove = kill(&p, Some(10));
+        remove.kind = WorkKind::Kill { remove: true };
+        w.update_pod(remove);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A later delete with a longer grace and no removal: neither sticks.
+        w.update_pod(kill(&p, Some(300)));
+        // The first kill ends at 10s; the merged one takes 10s more, not 300s.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(
+            *rec.calls.lock(),
+            vec![
+                ("kill".to_string(), "true".to_string()),
+                ("kill".to_string(), "true".to_string())
+            ],
+            "the second kill ran with the removal"
+        );
+        assert!(w.is_removed("u1"));
+        let merged = merge_kill(kill(&p, Some(300)), Some(&kill(&p, Some(5))), None);
+        assert_eq!(pod::grace_period(&merged.pod), Duration::from_secs(5));
     }
 }

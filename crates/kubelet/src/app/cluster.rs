@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, info_span};
 
-use super::{AppError, notify_ready, spawn_in};
+use super::spawn::{notify_ready, spawn_in};
+use crate::error::Error as AppError;
 use crate::mirror::MirrorManager;
 use crate::pod_manager::PodManager;
 use crate::runtime_state::RuntimeState;

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod pods;
+mod spawn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,40 +22,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, info_span, warn};
 
+use crate::error::Error as AppError;
 use crate::pod_manager::PodManager;
 use crate::runtime_state::RuntimeState;
 use crate::status::StatusManager;
 use cluster::Cluster;
 use kubelet_podconfig::file::ManifestErrors;
 use kubelet_podconfig::http::HttpSource;
-
-/// Errors that stop the kubelet from starting.
-#[derive(Debug, thiserror::Error)]
-pub enum AppError {
-    /// The CRI endpoint is unusable.
-    #[error("container runtime client: {0}")]
-    Runtime(#[from] cri::CriError),
-    /// The healthz address cannot be bound.
-    #[error("cannot listen on healthz address {addr}: {source}")]
-    Healthz {
-        /// Address.
-        addr: SocketAddr,
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The manifest URL source cannot be set up.
-    #[error("manifest URL: {0}")]
-    ManifestUrl(#[from] kubelet_podconfig::Error),
-    /// TLS bootstrap, the client certificate or the apiserver client failed.
-    #[error("apiserver client: {0}")]
-    Client(#[from] kubelet_client::Error),
-    /// Cluster mode is configured inconsistently.
-    #[error("{0}")]
-    Cluster(&'static str),
-}
+use spawn::{notify_ready, spawn_in};
 
 /// A configured, not yet running kubelet.
 pub struct App {
@@ -100,14 +77,6 @@ pub struct Running {
     sync_loop: Option<JoinHandle<()>>,
     /// Read access.
     pub handle: AppHandle,
-}
-
-/// Spawns `fut` on `tasks` inside `span`.
-fn spawn_in<F>(tasks: &TaskTracker, span: tracing::Span, fut: F) -> JoinHandle<()>
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    tasks.spawn(fut.instrument(span))
 }
 
 impl App {
@@ -266,13 +235,6 @@ impl App {
                 client_cert,
             },
         }
-    }
-}
-
-/// Tells systemd (`Type=notify`) the kubelet is up; a no-op outside systemd.
-fn notify_ready() {
-    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
-        warn!(error = %e, "Cannot notify systemd");
     }
 }
 

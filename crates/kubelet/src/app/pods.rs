@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, info_span};
 
 use super::cluster::Cluster;
-use super::spawn_in;
+use super::spawn::spawn_in;
 use crate::pod_manager::PodManager;
 use crate::pod_sync::RuntimePodSyncer;
 use crate::pod_workers::{AsyncPodWorkers, WorkQueue};

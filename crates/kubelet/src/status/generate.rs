@@ -172,7 +172,7 @@ fn phase(
         return PodPhase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
-        if pod_is_terminal && !crate::mirror::is_static(p) {
+        if pod_is_terminal && !pod::is_static(p) {
             return if stopped == succeeded {
                 PodPhase::Succeeded
             } else {

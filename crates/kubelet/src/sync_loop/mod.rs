@@ -7,12 +7,10 @@
 //! runtime's pods as of the last relist), [`PodWorkers`] (the pod syncer) and
 //! [`Manager`] (desired pods), so it is unit-tested on paused time with fakes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_runtime::pleg::{GenericPleg, PodLifecycleEvent, RuntimePod};
@@ -152,7 +150,6 @@ impl SyncLoop {
                         self.desired.add_pod(p);
                         continue;
                     }
-                    // Bind first: the read guard must be gone before the writes below.
                     let is_new = !self.desired.contains(&uid);
                     if u.op == PodOperation::Add
                         && is_new

@@ -80,10 +80,15 @@ struct Harness {
     ready: Arc<SourcesReady>,
     pods: PodManager,
     heartbeat: Arc<Heartbeat>,
+    status: Arc<StatusManager>,
     stop: CancellationToken,
 }
 
 fn start() -> Harness {
+    start_with(110)
+}
+
+fn start_with(max_pods: u32) -> Harness {
     let (config, config_rx) = mpsc::channel(16);
     let (pleg_events, pleg_rx) = mpsc::channel(16);
     let h = Harness {
@@ -95,8 +100,10 @@ fn start() -> Harness {
         ready: Arc::new(SourcesReady::new([Source::File])),
         pods: PodManager::default(),
         heartbeat: Arc::default(),
+        status: Arc::default(),
         stop: CancellationToken::new(),
     };
+    let status = h.status.clone();
     let sync_loop = SyncLoop {
         config: config_rx,
         pleg_events: pleg_rx,
@@ -106,8 +113,8 @@ fn start() -> Harness {
         sources_ready: h.ready.clone(),
         desired: Arc::new(h.pods.clone()),
         heartbeat: h.heartbeat.clone(),
-        status: Arc::new(StatusManager::default()),
-        max_pods: 110,
+        status: status.clone(),
+        max_pods,
         rejected: HashSet::new(),
     };
     tokio::spawn(sync_loop.run(h.stop.clone()));
@@ -236,6 +243,9 @@ async fn housekeeping_cleans_up_orphans_only_once_sources_are_ready() {
     h.stop.cancel();
 }
 
+/// The real PLEG answers `runtime_pods` from memory; the fake hangs it to
+/// stand for any handler that blocks the loop (upstream: a housekeeping pass
+/// stuck on the runtime).
 #[tokio::test(start_paused = true)]
 async fn a_stalled_loop_fails_the_syncloop_check() {
     let h = start();
@@ -260,5 +270,81 @@ async fn a_stalled_loop_fails_the_syncloop_check() {
         matches!(checks.run("syncloop"), Some(Err(e)) if e.starts_with("sync Loop took longer than expected")),
         "a loop stuck for over 5 minutes fails /healthz"
     );
+    h.stop.cancel();
+}
+
+fn pleg_event(uid: &str) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        uid: uid.to_string(),
+        kind: EventKind::ContainerDied,
+        id: "c1".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_beyond_max_pods_are_rejected_and_never_run() {
+    let h = start_with(1);
+    let a = pods::simple("a", "busybox", "Always");
+    let b = pods::simple("b", "busybox", "Always");
+    let (ua, ub) = (pod::uid(&a).to_string(), pod::uid(&b).to_string());
+    h.config.send(update(PodOperation::Add, &a)).await.ok();
+    h.config.send(update(PodOperation::Add, &b)).await.ok();
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(ua, WorkKind::Sync)]);
+    let s = h.status.get_pod_status(&ub).expect("rejected status");
+    assert_eq!(
+        (s.phase.as_deref(), s.reason.as_deref()),
+        (Some("Failed"), Some("OutOfpods"))
+    );
+    // A rejected pod stays out: no PLEG event, tick or update runs it.
+    h.pleg_events.send(pleg_event(&ub)).await.ok();
+    h.queue.enqueue(&ub, Duration::ZERO);
+    h.config.send(update(PodOperation::Update, &b)).await.ok();
+    tokio::time::sleep(SYNC_TICK * 2).await;
+    assert!(h.workers.take().is_empty(), "rejected pods never run");
+    // Removing it forgets its status.
+    h.config.send(update(PodOperation::Remove, &b)).await.ok();
+    settle().await;
+    assert!(h.status.get_pod_status(&ub).is_none());
+    assert!(h.workers.take().is_empty(), "nothing to kill");
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleted_pods_are_not_synced_by_the_tick_or_the_pleg() {
+    let h = start();
+    let mut p = pods::simple("web", "busybox", "Always");
+    p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    assert_eq!(
+        h.workers.take(),
+        vec![(uid.clone(), WorkKind::Kill { remove: false })],
+        "a pod added while deleted is killed, not synced"
+    );
+    h.pleg_events.send(pleg_event(&uid)).await.ok();
+    h.queue.enqueue(&uid, Duration::ZERO);
+    tokio::time::sleep(SYNC_TICK * 2).await;
+    assert!(h.workers.take().is_empty(), "no sync of a deleted pod");
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn housekeeping_resyncs_a_removed_pod_that_came_back() {
+    let h = start();
+    h.ready.mark(Source::File);
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    h.workers.take();
+    // The manifest was removed and put back with the same UID while the
+    // removal was pending: the worker ended removed, the pod is desired.
+    h.workers.removed.lock().insert(uid.clone());
+    tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
+    assert_eq!(h.workers.take(), vec![(uid, WorkKind::Sync)]);
     h.stop.cancel();
 }
