@@ -130,12 +130,12 @@ async fn unreachable_runtime_starts_and_healthz_stays_ok() -> anyhow::Result<()>
     let cfg = KubeletConfig::resolve(&flags, None, "x")?;
     let running = App::build(cfg).await?.spawn();
     let addr = running.handle.healthz_addr.ctx("healthz bound")?;
+    // Upstream's runtimeErrors before the runtime ever answered ready.
     let errors = running.handle.runtime_state.runtime_errors();
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.starts_with("container runtime is down")),
-        "the node sees the outage: {errors:?}"
+    assert_eq!(
+        errors,
+        vec!["container runtime status check may not have completed yet".to_string()],
+        "the node sees the outage"
     );
     for _ in 0..3 {
         let (code, body) = get_healthz(addr).await?;
@@ -145,11 +145,11 @@ async fn unreachable_runtime_starts_and_healthz_stays_ok() -> anyhow::Result<()>
     let (code, body) = get_healthz_path(addr, "/healthz?verbose").await?;
     assert_eq!(code, 200);
     assert_eq!(
-        body,
-        "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n"
+        body, "[+]ping ok\nhealthz check passed\n",
+        "ping alone, as upstream serves the healthz port"
     );
     assert_eq!(
-        get_healthz_path(addr, "/healthz/syncloop").await?,
+        get_healthz_path(addr, "/healthz/ping").await?,
         (200, "ok".to_string())
     );
     running.shutdown(Duration::from_secs(5)).await;
