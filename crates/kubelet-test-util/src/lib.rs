@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod blocking;
 pub mod pods;
 
 use apiserver_double::{ApiServer, Options};

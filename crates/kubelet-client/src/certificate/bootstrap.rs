@@ -264,16 +264,20 @@ mod tests {
     /// writer) does not stall the runtime the kubelet starts on.
     #[test]
     fn a_blocking_kubeconfig_read_does_not_stall_the_runtime() {
-        crate::test_support::assert_runtime_not_stalled_by("kubelet.conf", |dir| async move {
-            let _ = load_client_cert(&dir.join("kubelet.conf"), None, &dir.join("pki"), "n").await;
-        });
+        kubelet_test_util::blocking::assert_runtime_not_stalled_by(
+            "kubelet.conf",
+            |dir| async move {
+                let _ =
+                    load_client_cert(&dir.join("kubelet.conf"), None, &dir.join("pki"), "n").await;
+            },
+        );
     }
 
     /// Issue 7 fix 4.8: neither does a blocking read of the certificate an
     /// earlier bootstrap left behind.
     #[test]
     fn a_blocking_read_of_the_current_certificate_does_not_stall_the_runtime() {
-        crate::test_support::assert_runtime_not_stalled_by(
+        kubelet_test_util::blocking::assert_runtime_not_stalled_by(
             "pki/kubelet-client-current.pem",
             |dir| async move {
                 let bootstrap = dir.join("bootstrap-kubelet.conf");

@@ -115,7 +115,7 @@ mod tests {
     /// with no writer).
     #[test]
     fn a_blocking_certificate_read_does_not_stall_the_runtime() {
-        crate::test_support::assert_runtime_not_stalled_by(
+        kubelet_test_util::blocking::assert_runtime_not_stalled_by(
             "pki/kubelet-client-current.pem",
             |dir| async move {
                 let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));

@@ -172,8 +172,6 @@ impl MachineInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::time::Duration;
 
     #[tokio::test]
     async fn the_async_reads_agree_with_the_blocking_ones() {
@@ -209,33 +207,8 @@ mod tests {
     /// as meminfo) does not stall the runtime `App::build` runs on.
     #[test]
     fn a_blocking_host_read_does_not_stall_the_runtime() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let fifo = dir.path().join("meminfo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let path = fifo.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let _blocked = tokio::spawn(meminfo_bytes_from(path));
-                // Other tasks on this runtime still run while the read blocks.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let _ = done_tx.send(());
-            });
+        kubelet_test_util::blocking::assert_runtime_not_stalled_by("meminfo", |dir| {
+            meminfo_bytes_from(dir.join("meminfo"))
         });
-        let answered = done_rx.recv_timeout(Duration::from_secs(5));
-        // Unblock the reader, whatever happened; non-blocking, so this never
-        // hangs when no reader waits.
-        let _ = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-            .open(&fifo);
-        assert!(
-            answered.is_ok(),
-            "the runtime stalled on a blocking host read"
-        );
     }
 }
