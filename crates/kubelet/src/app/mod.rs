@@ -192,6 +192,18 @@ impl App {
             addr
         });
 
+        let host = Arc::new(crate::host::KubeletHost {
+            heartbeat: running.heartbeat,
+            resync: cfg.sync_frequency,
+            node_name: cfg.node_name.clone(),
+            pods: running.pods.clone(),
+            status: running.status.clone(),
+            manager: self.manager.clone(),
+            remote: self.remote.clone(),
+            pod_cache: running.pod_cache,
+            root_dir: cfg.root_dir.clone(),
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+        });
         let (registered_tx, registered) = watch::channel(None);
         let client_cert = self.cluster.as_ref().map(|c| c.cert.clone());
         match self.cluster {
@@ -227,10 +239,7 @@ impl App {
                 desired: running.pods,
                 runtime_state: running.runtime_state,
                 healthz_addr,
-                host: Arc::new(crate::host::KubeletHost {
-                    heartbeat: running.heartbeat,
-                    resync: cfg.sync_frequency,
-                }),
+                host,
                 registered,
                 client_cert,
             },

@@ -127,6 +127,7 @@ pub(super) struct RunningPipeline {
     pub manifest_errors: Option<ManifestErrors>,
     pub runtime_state: Arc<RuntimeState>,
     pub heartbeat: Arc<Heartbeat>,
+    pub pod_cache: Arc<kubelet_runtime::pleg::PodCache>,
 }
 
 impl Pipeline<'_> {
@@ -173,6 +174,7 @@ impl Pipeline<'_> {
             tasks.clone(),
         ));
         let heartbeat = Arc::new(Heartbeat::default());
+        let pod_cache = pleg.cache().clone();
         let sync_loop = SyncLoop {
             config: sources.config,
             pleg_events: pleg_rx,
@@ -199,6 +201,7 @@ impl Pipeline<'_> {
             manifest_errors: sources.manifest_errors,
             runtime_state: self.runtime_state,
             heartbeat,
+            pod_cache,
         }
     }
 }

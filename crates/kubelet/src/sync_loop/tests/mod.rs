@@ -4,13 +4,12 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use kubelet_runtime::pleg::EventKind;
-use kubelet_server::HostInterface as _;
+use kubelet_server::HostInterface;
 use kubelet_test_util::pods;
 use kubelet_types::Source;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::host::KubeletHost;
 use crate::pod_manager::PodManager;
 use crate::status::StatusManager;
 use kubelet_podconfig::SourcesReady;
@@ -243,15 +242,30 @@ async fn housekeeping_cleans_up_orphans_only_once_sources_are_ready() {
     h.stop.cancel();
 }
 
+/// The part of the agent's host the syncloop check reads.
+struct LoopHost {
+    heartbeat: Arc<Heartbeat>,
+}
+
+#[async_trait::async_trait]
+impl HostInterface for LoopHost {
+    fn resync_interval(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    fn latest_loop_entry_time(&self) -> Option<tokio::time::Instant> {
+        self.heartbeat.latest()
+    }
+}
+
 /// The real PLEG answers `runtime_pods` from memory; the fake hangs it to
 /// stand for any handler that blocks the loop (upstream: a housekeeping pass
 /// stuck on the runtime).
 #[tokio::test(start_paused = true)]
 async fn a_stalled_loop_fails_the_syncloop_check() {
     let h = start();
-    let host = Arc::new(KubeletHost {
+    let host = Arc::new(LoopHost {
         heartbeat: h.heartbeat.clone(),
-        resync: Duration::from_secs(60),
     });
     let checks = kubelet_server::healthz::Checks::new(
         host.clone(),
