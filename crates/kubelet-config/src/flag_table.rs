@@ -49,6 +49,9 @@ pub struct UpstreamFlag {
     pub honoured: Option<&'static str>,
     /// A valid example value when the type's generic one would not do.
     pub sample: Option<&'static str>,
+    /// A [`FlagKind::Config`] flag whose resolved setting kubelet-rs acts on
+    /// (read from [`crate::KubeletConfig::settings`] by a subsystem): no warning.
+    pub acted_on: bool,
 }
 
 impl UpstreamFlag {
@@ -60,7 +63,13 @@ impl UpstreamFlag {
             field: None,
             honoured: None,
             sample: None,
+            acted_on: false,
         }
+    }
+
+    const fn acts(mut self) -> Self {
+        self.acted_on = true;
+        self
     }
 
     const fn field(mut self, field: &'static str) -> Self {
@@ -108,7 +117,7 @@ const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 /// The table, sorted by name.
 pub const FLAGS: &[UpstreamFlag] = &[
     removed("add-dir-header", Bool, "1.26"),
-    config("address", Ip, "address"),
+    config("address", Ip, "address").acts(),
     removed("allow-privileged", Bool, "1.15"),
     config(
         "allowed-unsafe-sysctls",
@@ -116,29 +125,29 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "allowedUnsafeSysctls",
     ),
     removed("alsologtostderr", Bool, "1.26"),
-    config("anonymous-auth", Bool, "authentication.anonymous.enabled"),
+    config("anonymous-auth", Bool, "authentication.anonymous.enabled").acts(),
     ignored("application-metrics-count-limit", Int64),
     config(
         "authentication-token-webhook",
         Bool,
         "authentication.webhook.enabled",
-    ),
+    ).acts(),
     config(
         "authentication-token-webhook-cache-ttl",
         Duration,
         "authentication.webhook.cacheTTL",
-    ),
-    config("authorization-mode", Str, "authorization.mode").sample("Webhook"),
+    ).acts(),
+    config("authorization-mode", Str, "authorization.mode").sample("Webhook").acts(),
     config(
         "authorization-webhook-cache-authorized-ttl",
         Duration,
         "authorization.webhook.cacheAuthorizedTTL",
-    ),
+    ).acts(),
     config(
         "authorization-webhook-cache-unauthorized-ttl",
         Duration,
         "authorization.webhook.cacheUnauthorizedTTL",
-    ),
+    ).acts(),
     removed("azure-container-registry-config", Str, "1.30"),
     ignored("boot-id-file", Str),
     done("bootstrap-kubeconfig", Str),
@@ -150,7 +159,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
     done("cgroup-root", Str).field("cgroupRoot").sample("/"),
     config("cgroups-per-qos", Bool, "cgroupsPerQOS").honours("true"),
     removed("chaos-chance", Float64, "1.22"),
-    config("client-ca-file", Str, "authentication.x509.clientCAFile"),
+    config("client-ca-file", Str, "authentication.x509.clientCAFile").acts(),
     removed("cloud-config", Str, "1.34"),
     done("cloud-provider", Str).sample("external"),
     done("cluster-dns", StringSlice)
@@ -203,9 +212,9 @@ pub const FLAGS: &[UpstreamFlag] = &[
         Bool,
         "enableControllerAttachDetach",
     ),
-    config("enable-debugging-handlers", Bool, "enableDebuggingHandlers"),
+    config("enable-debugging-handlers", Bool, "enableDebuggingHandlers").acts(),
     ignored("enable-load-reader", Bool),
-    config("enable-server", Bool, "enableServer").honours("false"),
+    config("enable-server", Bool, "enableServer").honours("false").acts(),
     config(
         "enforce-node-allocatable",
         StringSlice,
@@ -369,7 +378,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
     config("qos-reserved", MapStringString, "qosReserved").sample("memory=50%"),
     config("read-only-port", Int32, "readOnlyPort")
         .honours("0")
-        .sample("10255"),
+        .sample("10255").acts(),
     removed("really-crash-for-testing", Bool, "1.24"),
     removed("redirect-container-streaming", Bool, "1.22"),
     done("register-node", Bool).field("registerNode"),
@@ -384,7 +393,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
         .sample("/etc/resolv.conf"),
     done("root-dir", Str),
     done("rotate-certificates", Bool).field("rotateCertificates"),
-    config("rotate-server-certificates", Bool, "serverTLSBootstrap"),
+    config("rotate-server-certificates", Bool, "serverTLSBootstrap").acts(),
     config("runonce", Bool, "runOnce"),
     ignored("runtime-cgroups", Str).sample("/system.slice/containerd.service"),
     done("runtime-request-timeout", Duration).field("runtimeRequestTimeout"),
@@ -412,15 +421,15 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "streaming-connection-idle-timeout",
         Duration,
         "streamingConnectionIdleTimeout",
-    ),
+    ).acts(),
     done("sync-frequency", Duration).field("syncFrequency"),
     config("system-cgroups", Str, "systemCgroups").sample("/system.slice"),
     done("system-reserved", MapStringString).field("systemReserved"),
     config("system-reserved-cgroup", Str, "systemReservedCgroup").sample("/system-reserved"),
-    config("tls-cert-file", Str, "tlsCertFile"),
-    config("tls-cipher-suites", StringSlice, "tlsCipherSuites").sample("TLS_AES_128_GCM_SHA256"),
-    config("tls-min-version", Str, "tlsMinVersion").sample("VersionTLS12"),
-    config("tls-private-key-file", Str, "tlsPrivateKeyFile"),
+    config("tls-cert-file", Str, "tlsCertFile").acts(),
+    config("tls-cipher-suites", StringSlice, "tlsCipherSuites").sample("TLS_AES_128_GCM_SHA256").acts(),
+    config("tls-min-version", Str, "tlsMinVersion").sample("VersionTLS12").acts(),
+    config("tls-private-key-file", Str, "tlsPrivateKeyFile").acts(),
     config("topology-manager-policy", Str, "topologyManagerPolicy").sample("single-numa-node"),
     config(
         "topology-manager-policy-options",

@@ -318,6 +318,7 @@ impl ExtraFlags {
 
 fn help_for(f: &UpstreamFlag) -> String {
     match (f.kind, f.field) {
+        (FlagKind::Config, Some(field)) if f.acted_on => format!("KubeletConfiguration {field}"),
         (FlagKind::Config, Some(field)) => {
             format!("KubeletConfiguration {field}: accepted, not implemented by kubelet-rs")
         }

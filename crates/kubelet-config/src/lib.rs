@@ -16,6 +16,7 @@ pub mod flag_table;
 mod flags;
 pub mod lockfile;
 pub mod logs;
+pub mod server;
 mod settings;
 mod values;
 
@@ -120,6 +121,8 @@ pub struct KubeletConfig {
     /// yet, resolved flag over file: field path (`imageGCHighThresholdPercent`,
     /// `authentication.webhook.enabled`) -> value. Absent means upstream's default.
     pub settings: BTreeMap<&'static str, SettingValue>,
+    /// The node API's settings (10250 and the read-only port).
+    pub server: server::ServerConfig,
     /// Command-line-only upstream flags kubelet-rs ignores (not implemented,
     /// or removed upstream), as given: flag name -> value.
     pub ignored_flags: BTreeMap<&'static str, SettingValue>,
@@ -424,6 +427,16 @@ impl KubeletConfig {
             ));
         }
 
+        let settings = settings::resolve_settings(flags, f)?;
+        let cluster = cluster::resolve(flags, f)?;
+        let server = server::resolve(
+            &settings,
+            cluster.port,
+            file.is_some(),
+            f.other
+                .get("enableDebugFlagsHandler")
+                .and_then(serde_json::Value::as_bool),
+        )?;
         let cfg = Self {
             node_name,
             root_dir,
@@ -501,10 +514,11 @@ impl KubeletConfig {
             pod_infra_container_image: nonempty(flags.pod_infra_container_image.clone()),
             feature_gates,
             verbosity,
-            cluster: cluster::resolve(flags, f)?,
+            cluster,
             lock_file,
             exit_on_lock_contention,
-            settings: settings::resolve_settings(flags, f)?,
+            server,
+            settings,
             ignored_flags: settings::ignored_flags(flags)?,
         };
         cri::endpoint_path(&cfg.container_runtime_endpoint).map_err(|e| {

@@ -364,6 +364,7 @@ pub fn flag_warnings(flags: &Flags) -> Vec<FlagWarning> {
                 }
                 continue;
             }
+            FlagKind::Config if f.acted_on => continue,
             FlagKind::Config | FlagKind::NotImplemented => WarningCategory::NotImplemented,
             FlagKind::Removed(v) => WarningCategory::Removed(v),
         };
