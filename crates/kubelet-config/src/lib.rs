@@ -10,6 +10,7 @@
 //! (upstream `pkg/util/flock`).
 
 pub mod cluster;
+pub mod configz;
 mod duration;
 mod file;
 pub mod flag_table;
