@@ -18,6 +18,8 @@ use kubelet_config::Flags;
 
 #[path = "cluster_harness.rs"]
 pub mod cluster;
+#[path = "node_api_client.rs"]
+pub mod node_api;
 
 /// The CRI socket the tests use.
 pub const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -51,6 +53,13 @@ pub struct Node {
     _lock: File,
 }
 
+/// A loopback port nothing listens on right now (tests hold the machine
+/// lock, so no other kubelet takes it in between).
+pub fn free_port() -> i32 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    i32::from(l.local_addr().expect("local addr").port())
+}
+
 fn lock() -> File {
     let f = File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
     f.lock().expect("lock");
@@ -75,10 +84,13 @@ impl Node {
             hostname_override: Some(name.clone()),
             root_dir: Some(dir.path().join("root")),
             healthz_port: Some(0),
+            port: Some(free_port()),
+            read_only_port: Some(0),
             file_check_frequency: Some("2s".into()),
             container_runtime_endpoint: Some(ENDPOINT.into()),
             ..Flags::default()
         };
+        flags.extra.push("address", "127.0.0.1").expect("--address");
         tweak(&mut flags);
         let cfg = KubeletConfig::resolve(&flags, None, "unused").expect("config");
         let mut node = Node {

@@ -172,7 +172,10 @@ mod tests {
         assert_eq!(k["authorization"]["mode"], "Webhook");
         assert_eq!(k["authorization"]["webhook"]["cacheAuthorizedTTL"], "5m0s");
         assert_eq!(k["authentication"]["anonymous"]["enabled"], true);
-        assert_eq!(k["imageGCHighThresholdPercent"], 90, "given settings appear");
+        assert_eq!(
+            k["imageGCHighThresholdPercent"], 90,
+            "given settings appear"
+        );
         assert_eq!(k["runtimeRequestTimeout"], "2m0s");
         assert!(k.get("tlsCertFile").is_none(), "unset fields are omitted");
     }

@@ -131,23 +131,29 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "authentication-token-webhook",
         Bool,
         "authentication.webhook.enabled",
-    ).acts(),
+    )
+    .acts(),
     config(
         "authentication-token-webhook-cache-ttl",
         Duration,
         "authentication.webhook.cacheTTL",
-    ).acts(),
-    config("authorization-mode", Str, "authorization.mode").sample("Webhook").acts(),
+    )
+    .acts(),
+    config("authorization-mode", Str, "authorization.mode")
+        .sample("Webhook")
+        .acts(),
     config(
         "authorization-webhook-cache-authorized-ttl",
         Duration,
         "authorization.webhook.cacheAuthorizedTTL",
-    ).acts(),
+    )
+    .acts(),
     config(
         "authorization-webhook-cache-unauthorized-ttl",
         Duration,
         "authorization.webhook.cacheUnauthorizedTTL",
-    ).acts(),
+    )
+    .acts(),
     removed("azure-container-registry-config", Str, "1.30"),
     ignored("boot-id-file", Str),
     done("bootstrap-kubeconfig", Str),
@@ -214,7 +220,9 @@ pub const FLAGS: &[UpstreamFlag] = &[
     ),
     config("enable-debugging-handlers", Bool, "enableDebuggingHandlers").acts(),
     ignored("enable-load-reader", Bool),
-    config("enable-server", Bool, "enableServer").honours("false").acts(),
+    config("enable-server", Bool, "enableServer")
+        .honours("false")
+        .acts(),
     config(
         "enforce-node-allocatable",
         StringSlice,
@@ -378,7 +386,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
     config("qos-reserved", MapStringString, "qosReserved").sample("memory=50%"),
     config("read-only-port", Int32, "readOnlyPort")
         .honours("0")
-        .sample("10255").acts(),
+        .sample("10255")
+        .acts(),
     removed("really-crash-for-testing", Bool, "1.24"),
     removed("redirect-container-streaming", Bool, "1.22"),
     done("register-node", Bool).field("registerNode"),
@@ -421,14 +430,19 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "streaming-connection-idle-timeout",
         Duration,
         "streamingConnectionIdleTimeout",
-    ).acts(),
+    )
+    .acts(),
     done("sync-frequency", Duration).field("syncFrequency"),
     config("system-cgroups", Str, "systemCgroups").sample("/system.slice"),
     done("system-reserved", MapStringString).field("systemReserved"),
     config("system-reserved-cgroup", Str, "systemReservedCgroup").sample("/system-reserved"),
     config("tls-cert-file", Str, "tlsCertFile").acts(),
-    config("tls-cipher-suites", StringSlice, "tlsCipherSuites").sample("TLS_AES_128_GCM_SHA256").acts(),
-    config("tls-min-version", Str, "tlsMinVersion").sample("VersionTLS12").acts(),
+    config("tls-cipher-suites", StringSlice, "tlsCipherSuites")
+        .sample("TLS_AES_128_GCM_SHA256")
+        .acts(),
+    config("tls-min-version", Str, "tlsMinVersion")
+        .sample("VersionTLS12")
+        .acts(),
     config("tls-private-key-file", Str, "tlsPrivateKeyFile").acts(),
     config("topology-manager-policy", Str, "topologyManagerPolicy").sample("single-numa-node"),
     config(

@@ -86,6 +86,9 @@ mod tests {
         assert!(level_filter(0).to_string().contains("kubelet=info"));
         assert!(level_filter(4).to_string().contains("kubelet=debug"));
         assert!(level_filter(6).to_string().contains("kubelet=trace"));
-        assert!(matches!(set_verbosity(11), Err(VerbosityError::OutOfRange(11))));
+        assert!(matches!(
+            set_verbosity(11),
+            Err(VerbosityError::OutOfRange(11))
+        ));
     }
 }

@@ -240,8 +240,14 @@ mod tests {
         assert!(s.authentication.webhook_enabled);
         assert_eq!(s.authentication.webhook_cache_ttl, Duration::from_secs(120));
         assert_eq!(s.authorization.mode, AuthorizationMode::Webhook);
-        assert_eq!(s.authorization.cache_authorized_ttl, Duration::from_secs(300));
-        assert_eq!(s.authorization.cache_unauthorized_ttl, Duration::from_secs(30));
+        assert_eq!(
+            s.authorization.cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            s.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
     }
 
     #[test]
@@ -280,7 +286,8 @@ mod tests {
     #[test]
     fn bad_values_are_refused() {
         let flags = Flags::parse_args(["kubelet-rs", "--authorization-mode=RBAC"]).expect("flags");
-        let err = KubeletConfig::resolve(&flags, None, "n").expect_err("RBAC is not a kubelet mode");
+        let err =
+            KubeletConfig::resolve(&flags, None, "n").expect_err("RBAC is not a kubelet mode");
         assert!(err.to_string().contains("AlwaysAllow or Webhook"), "{err}");
         let file = serde_saphyr::from_str("kind: KubeletConfiguration\naddress: localhost\n")
             .expect("yaml");

@@ -90,10 +90,7 @@ async fn get_pods(State(host): State<Arc<dyn HostInterface>>, method: Method) ->
     pod_list(host.get_pods())
 }
 
-async fn get_running_pods(
-    State(host): State<Arc<dyn HostInterface>>,
-    method: Method,
-) -> Response {
+async fn get_running_pods(State(host): State<Arc<dyn HostInterface>>, method: Method) -> Response {
     if method != Method::GET {
         return method_not_allowed();
     }
@@ -129,7 +126,10 @@ async fn put_verbosity(
     body: Bytes,
 ) -> Response {
     let Some(setter) = setter else {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "flags endpoint is disabled.");
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "flags endpoint is disabled.",
+        );
     };
     if method != Method::PUT {
         return plain(StatusCode::NOT_ACCEPTABLE, "unsupported http method");
@@ -182,14 +182,14 @@ pub fn debugging(d: Debugging) -> Router {
                 }
             }),
         )
-        .route(
-            "/debug/flags/v",
-            any(put_verbosity).with_state(d.verbosity),
-        )
+        .route("/debug/flags/v", any(put_verbosity).with_state(d.verbosity))
 }
 
 async fn disabled() -> Response {
-    text(StatusCode::METHOD_NOT_ALLOWED, "Debug endpoints are disabled.")
+    text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Debug endpoints are disabled.",
+    )
 }
 
 /// 405 "Debug endpoints are disabled." on the debugging paths.
@@ -237,12 +237,14 @@ mod tests {
             Some(tokio::time::Instant::now())
         }
         fn get_pods(&self) -> Vec<Pod> {
-            vec![serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "a", "namespace": "ns", "uid": "u1"},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-                "status": {"phase": "Running"}
-            }))
-            .expect("pod")]
+            vec![
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "a", "namespace": "ns", "uid": "u1"},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                    "status": {"phase": "Running"}
+                }))
+                .expect("pod"),
+            ]
         }
         async fn get_running_pods(&self) -> Result<Vec<Pod>, ServerError> {
             Err(ServerError::Runtime(cri::CriError::Unavailable {
@@ -302,7 +304,10 @@ mod tests {
         assert_eq!(list["items"][0]["metadata"]["uid"], "u1");
         assert_eq!(list["items"][0]["status"]["phase"], "Running");
         let (s, body) = call(&r, "POST", "/pods", "").await;
-        assert_eq!((s, body.as_str()), (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n"));
+        assert_eq!(
+            (s, body.as_str()),
+            (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n")
+        );
     }
 
     #[tokio::test]
@@ -338,17 +343,39 @@ mod tests {
         let (s, _) = call(&r, "PUT", "/debug/flags/v", "loud").await;
         assert_eq!(s, StatusCode::BAD_REQUEST);
         let (s, body) = call(&r, "GET", "/debug/flags/v", "").await;
-        assert_eq!((s, body.as_str()), (StatusCode::NOT_ACCEPTABLE, "unsupported http method\n"));
+        assert_eq!(
+            (s, body.as_str()),
+            (StatusCode::NOT_ACCEPTABLE, "unsupported http method\n")
+        );
         let (s, body) = call(&full(None), "PUT", "/debug/flags/v", "4").await;
-        assert_eq!((s, body.as_str()), (StatusCode::METHOD_NOT_ALLOWED, "flags endpoint is disabled.\n"));
+        assert_eq!(
+            (s, body.as_str()),
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "flags endpoint is disabled.\n"
+            )
+        );
     }
 
     #[tokio::test]
     async fn debugging_disabled_answers_405_on_every_debug_path() {
         let r = debugging_disabled();
-        for p in ["/exec/ns/p/c", "/containerLogs/ns/p/c", "/runningpods/", "/portForward/ns/p", "/run/ns/p/c"] {
+        for p in [
+            "/exec/ns/p/c",
+            "/containerLogs/ns/p/c",
+            "/runningpods/",
+            "/portForward/ns/p",
+            "/run/ns/p/c",
+        ] {
             let (s, body) = call(&r, "GET", p, "").await;
-            assert_eq!((s, body.as_str()), (StatusCode::METHOD_NOT_ALLOWED, "Debug endpoints are disabled.\n"), "{p}");
+            assert_eq!(
+                (s, body.as_str()),
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Debug endpoints are disabled.\n"
+                ),
+                "{p}"
+            );
         }
     }
 }

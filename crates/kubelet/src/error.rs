@@ -20,6 +20,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A node API port (10250 or the read-only port) cannot be bound;
+    /// upstream exits in that case too.
+    #[error("cannot listen on the kubelet {what} address {addr}: {source}")]
+    Listen {
+        /// Which server.
+        what: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The manifest URL source cannot be set up.
     #[error("manifest URL: {0}")]
     ManifestUrl(#[from] kubelet_podconfig::Error),
