@@ -58,4 +58,7 @@ pub enum ServerError {
     /// The container runtime failed a call the server needed.
     #[error("container runtime: {0}")]
     Runtime(#[from] cri::CriError),
+    /// A log verbosity change was refused.
+    #[error("{0}")]
+    Verbosity(#[source] Box<dyn std::error::Error + Send + Sync>),
 }

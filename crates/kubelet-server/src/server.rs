@@ -25,13 +25,13 @@ use axum::routing::{any, get};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::warn;
 
-use crate::HostInterface;
 use crate::healthz::{self, Checks};
+use crate::{HostInterface, ServerError};
 
 /// Changes the log verbosity at run time (upstream `logs.GlogSetter`).
 pub trait VerbositySetter: Send + Sync + 'static {
     /// Sets klog's `-v` level.
-    fn set_verbosity(&self, level: u8) -> Result<(), String>;
+    fn set_verbosity(&self, level: u8) -> Result<(), ServerError>;
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
@@ -135,7 +135,10 @@ async fn put_verbosity(
         return plain(StatusCode::NOT_ACCEPTABLE, "unsupported http method");
     }
     let val = String::from_utf8_lossy(&body).to_string();
-    let level = val.trim().parse::<u8>().map_err(|e| e.to_string());
+    let level = val
+        .trim()
+        .parse::<u8>()
+        .map_err(|e| ServerError::Verbosity(Box::new(e)));
     match level.and_then(|l| setter.set_verbosity(l).map(|()| l)) {
         Ok(_) => plain(
             StatusCode::OK,
@@ -224,7 +227,6 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::ServerError;
 
     struct FakeHost;
 
@@ -257,7 +259,7 @@ mod tests {
     #[derive(Default)]
     struct Levels(Mutex<Vec<u8>>);
     impl VerbositySetter for Levels {
-        fn set_verbosity(&self, level: u8) -> Result<(), String> {
+        fn set_verbosity(&self, level: u8) -> Result<(), ServerError> {
             self.0.lock().push(level);
             Ok(())
         }

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod pods;
+mod server;
 mod spawn;
 
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub struct App {
     /// The node's addresses (`--node-ip`, or the default route's interface).
     host_ips: Vec<std::net::IpAddr>,
     healthz: Option<TcpListener>,
+    node_api: server::NodeApi,
     http: Option<HttpSource>,
 }
 
@@ -61,6 +63,10 @@ pub struct AppHandle {
     pub runtime_state: Arc<RuntimeState>,
     /// Where `/healthz` listens.
     pub healthz_addr: Option<SocketAddr>,
+    /// Where the node API (10250) listens.
+    pub server_addr: Option<SocketAddr>,
+    /// Where the read-only port listens.
+    pub read_only_addr: Option<SocketAddr>,
     /// The kubelet as its server reads it (`HostInterface`), for the node API.
     pub host: Arc<crate::host::KubeletHost>,
     /// The Node's UID once registered (cluster mode).
@@ -123,6 +129,7 @@ impl App {
                     .map_err(|source| AppError::Healthz { addr, source })?,
             )
         };
+        let node_api = server::NodeApi::bind(&cfg.server).await?;
         let http = match &cfg.static_pod_url {
             Some(url) => Some(HttpSource::new(
                 url.clone(),
@@ -147,6 +154,7 @@ impl App {
             manager: Arc::new(manager),
             runtime_state,
             healthz,
+            node_api,
             http,
         })
     }
@@ -204,6 +212,15 @@ impl App {
             root_dir: cfg.root_dir.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
         });
+        let (server_addr, read_only_addr) = self.node_api.addrs();
+        self.node_api.spawn(
+            server::Wiring {
+                cfg,
+                host: host.clone(),
+            },
+            &tasks,
+            &stop,
+        );
         let (registered_tx, registered) = watch::channel(None);
         let client_cert = self.cluster.as_ref().map(|c| c.cert.clone());
         match self.cluster {
@@ -239,6 +256,8 @@ impl App {
                 desired: running.pods,
                 runtime_state: running.runtime_state,
                 healthz_addr,
+                server_addr,
+                read_only_addr,
                 host,
                 registered,
                 client_cert,
