@@ -119,6 +119,12 @@ impl Node {
         self.boot().await;
     }
 
+    /// The kubelet's self-signed serving bundle (`<cert-dir>/kubelet.crt`),
+    /// whose CA a client trusts.
+    pub fn serving_ca(&self) -> PathBuf {
+        self.cfg.cert_dir.join("kubelet.crt")
+    }
+
     /// Read access to the running kubelet.
     pub fn handle(&self) -> &AppHandle {
         &self.running.as_ref().expect("running").handle
