@@ -354,8 +354,7 @@ fn a_bad_cipher_suite_name_stops_startup_with_a_clear_error() {
         },
         cert,
     )
-    .err()
-    .expect("refused");
+    .expect_err("refused");
     assert!(matches!(err, TlsError::UnknownCipherSuite(ref n) if n == "TLS_NOPE"));
     assert_eq!(
         err.to_string(),
