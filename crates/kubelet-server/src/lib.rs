@@ -6,8 +6,8 @@
 
 pub mod auth;
 pub mod healthz;
-pub mod server;
 pub mod serve;
+pub mod server;
 pub mod tls;
 
 use std::sync::Arc;

@@ -32,6 +32,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The node API's authentication or authorization cannot be built.
+    #[error("kubelet server auth: {0}")]
+    Auth(#[from] kubelet_server::auth::AuthError),
+    /// The node API's TLS settings or serving certificate are unusable.
+    #[error("kubelet server TLS: {0}")]
+    Tls(#[from] kubelet_server::tls::TlsError),
     /// The manifest URL source cannot be set up.
     #[error("manifest URL: {0}")]
     ManifestUrl(#[from] kubelet_podconfig::Error),

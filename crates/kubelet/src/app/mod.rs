@@ -34,6 +34,11 @@ use kubelet_podconfig::file::ManifestErrors;
 use kubelet_podconfig::http::HttpSource;
 use spawn::{notify_ready, spawn_in};
 
+/// The addresses a self-signed serving certificate names: `--node-ip`.
+fn host_ips_for_cert(cfg: &KubeletConfig) -> Vec<std::net::IpAddr> {
+    cfg.node_ips.clone()
+}
+
 /// A configured, not yet running kubelet.
 pub struct App {
     cfg: KubeletConfig,
@@ -129,7 +134,10 @@ impl App {
                     .map_err(|source| AppError::Healthz { addr, source })?,
             )
         };
-        let node_api = server::NodeApi::bind(&cfg.server).await?;
+        let serving = server::serving_cert(&cfg, &host_ips_for_cert(&cfg)).await?;
+        let node_api =
+            server::NodeApi::build(&cfg, cluster.as_ref().map(|c| c.client.clone()), serving)
+                .await?;
         let http = match &cfg.static_pod_url {
             Some(url) => Some(HttpSource::new(
                 url.clone(),
