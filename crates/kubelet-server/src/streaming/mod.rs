@@ -290,9 +290,9 @@ fn host_error(e: &HostError) -> Response {
     resp
 }
 
-fn runtime_uri(url: &str) -> Result<Uri, Response> {
+fn runtime_uri(url: &str) -> Result<Uri, StreamError> {
     url.parse::<Uri>()
-        .map_err(|_| proxy::proxy_error(&StreamError::Url(url.to_string())))
+        .map_err(|_| StreamError::Url(url.to_string()))
 }
 
 /// Upstream `getExec`/`getAttach`.
@@ -323,7 +323,7 @@ async fn remote_command(
     };
     let url = match runtime_uri(&url) {
         Ok(u) => u,
-        Err(resp) => return resp,
+        Err(e) => return proxy::proxy_error(&e),
     };
     proxy_stream(parts, url, Some(opts)).await
 }
@@ -351,7 +351,7 @@ async fn port_forward_inner(host: Arc<dyn StreamingHost>, p: PodPath, req: Reque
     };
     let url = match runtime_uri(&url) {
         Ok(u) => u,
-        Err(resp) => return resp,
+        Err(e) => return proxy::proxy_error(&e),
     };
     proxy_stream(parts, url, None).await
 }
