@@ -9,6 +9,7 @@ pub mod healthz;
 pub mod serve;
 pub mod server;
 pub mod tls;
+pub mod streaming;
 
 use std::sync::Arc;
 use std::time::Duration;
