@@ -170,11 +170,13 @@ impl NodeApi {
             } else {
                 None
             };
-            router = router.merge(kubelet_server::server::debugging(Debugging {
-                host: host.clone(),
-                configz: kubelet_config::configz::configz(w.cfg),
-                verbosity,
-            }));
+            router = router
+                .merge(kubelet_server::server::debugging(Debugging {
+                    host: host.clone(),
+                    configz: kubelet_config::configz::configz(w.cfg),
+                    verbosity,
+                }))
+                .merge(kubelet_server::streaming::routes(w.host.clone()));
         } else {
             router = router.merge(kubelet_server::server::debugging_disabled());
         }
