@@ -151,3 +151,99 @@ async fn the_secure_port_serves_pods_running_pods_configz_and_healthz_over_tls()
     node.cleanup().await;
     Ok(())
 }
+
+/// Runs one exec over WebSocket `protocol` through the kubelet and returns
+/// (stdout, stderr, the error channel's Status JSON).
+async fn ws_exec(
+    c: &NodeApiClient,
+    path: &str,
+    protocol: &str,
+    stdin: Option<&[u8]>,
+) -> anyhow::Result<(String, String, serde_json::Value)> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let tls = c.connect().await?;
+    let mut req = format!("wss://{}{path}", c.authority()).into_client_request()?;
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol.parse()?);
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await?;
+    assert_eq!(
+        resp.headers()
+            .get("Sec-WebSocket-Protocol")
+            .and_then(|v| v.to_str().ok()),
+        Some(protocol)
+    );
+    if let Some(input) = stdin {
+        let mut m = vec![0u8];
+        m.extend_from_slice(input);
+        ws.send(Message::binary(m)).await?;
+        if protocol == "v5.channel.k8s.io" {
+            // v5: CLOSE of stdin (channel 255, then the stream id).
+            ws.send(Message::binary(vec![255u8, 0])).await?;
+        }
+    }
+    let (mut out, mut err, mut status) = (Vec::new(), Vec::new(), Vec::new());
+    let read = async {
+        while let Some(msg) = ws.next().await {
+            let data = match msg? {
+                Message::Binary(b) => b.to_vec(),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let Some((&ch, rest)) = data.split_first() else {
+                continue;
+            };
+            match ch {
+                1 => out.extend_from_slice(rest),
+                2 => err.extend_from_slice(rest),
+                3 => status.extend_from_slice(rest),
+                _ => {}
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    tokio::time::timeout(T, read)
+        .await
+        .map_err(|_| anyhow::anyhow!("exec did not end"))??;
+    let status = serde_json::from_slice(&status).unwrap_or(serde_json::Value::Null);
+    Ok((
+        String::from_utf8_lossy(&out).to_string(),
+        String::from_utf8_lossy(&err).to_string(),
+        status,
+    ))
+}
+
+/// The exit code in a remotecommand Status (`NonZeroExitCode`), 0 for Success.
+fn exit_code(status: &serde_json::Value) -> Option<i64> {
+    if status["status"] == "Success" {
+        return Some(0);
+    }
+    status["details"]["causes"]
+        .as_array()?
+        .iter()
+        .find(|c| c["reason"] == "ExitCode")?["message"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_over_websocket_v4_through_the_kubelet_into_a_real_container() -> anyhow::Result<()> {
+    let node = Node::start(|_| {}).await;
+    node.write_manifest("ex.yaml", &pod_yaml("ex", "Always", BUSYBOX, "sleep 3600"));
+    node.wait_status("ex", T, "running", |s| is_running(s, "c"))
+        .await?;
+    let c = client(&node, Credentials::None)?;
+    let pod = node.pod_name("ex");
+    let path = format!(
+        "/exec/default/{pod}/c?command=sh&command=-c&command=echo+out%3B+echo+err+%3E%262%3B+exit+3&output=1&error=1"
+    );
+    let (out, err, status) = ws_exec(&c, &path, "v4.channel.k8s.io", None).await?;
+    assert_eq!(out, "out\n");
+    assert_eq!(err, "err\n");
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(exit_code(&status), Some(3), "{status}");
+    node.cleanup().await;
+    Ok(())
+}

@@ -41,6 +41,7 @@ pub enum Credentials {
 #[derive(Clone)]
 pub struct NodeApiClient {
     addr: SocketAddr,
+    authority: String,
     server_name: ServerName<'static>,
     tls: TlsConnector,
     token: Option<String>,
@@ -98,6 +99,7 @@ impl NodeApiClient {
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Self {
+            authority: addr.to_string(),
             addr,
             server_name: ServerName::try_from(server_name.to_string())?,
             tls: TlsConnector::from(Arc::new(config)),
@@ -113,7 +115,9 @@ impl NodeApiClient {
         Ok(c)
     }
 
-    async fn connect(&self) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    /// A TLS connection to the kubelet (HTTP/1.1 ALPN), for protocols the
+    /// test drives itself (WebSocket, SPDY).
+    pub async fn connect(&self) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
         let tcp = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(self.addr))
             .await
             .context("connect timed out")??;
@@ -181,6 +185,16 @@ impl NodeApiClient {
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
         tokio::spawn(conn.with_upgrades());
         Ok(send.send_request(req).await?)
+    }
+
+    /// `host:port` of the kubelet.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// The bearer token, if the client has one.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     fn tls_config(&self) -> Arc<rustls::ClientConfig> {

@@ -8,8 +8,8 @@ pub mod auth;
 pub mod healthz;
 pub mod serve;
 pub mod server;
-pub mod tls;
 pub mod streaming;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
