@@ -12,7 +12,7 @@
 //!   apiserver's code ([`defaults`], [`validation`], [`quantity`]), with the
 //!   QoS class set on create ([`qos`]), never by the kubelet's;
 //! - Node, Pod, Lease, Event, CSR (with the kubelet client auto-approver and
-//!   signer, [`csr`]), TokenReview; 401 for unknown credentials, 403 from
+//!   signer, [`csr`]), TokenReview and SubjectAccessReview ([`review`]); 401 for unknown credentials, 403 from
 //!   RBAC-like rules and NodeRestriction ([`auth`]);
 //! - fault injection: refuse connections, hang requests, answer 500s.
 //!
@@ -30,6 +30,7 @@ pub mod pod;
 pub mod qos;
 pub mod quantity;
 pub mod rest;
+pub mod review;
 pub mod store;
 pub mod validation;
 
@@ -89,6 +90,11 @@ pub struct Options {
     pub history_limit: usize,
     /// How far back issued certificates start (upstream's signer: 5 minutes).
     pub backdate: Duration,
+    /// Bearer tokens known besides the bootstrap token (authenticate to the
+    /// double and in TokenReviews).
+    pub tokens: HashMap<String, Identity>,
+    /// Grants SubjectAccessReviews are decided by (`system:masters` aside).
+    pub access_rules: Vec<review::AccessRule>,
 }
 
 impl Default for Options {
@@ -99,6 +105,8 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(60),
             history_limit: 10_000,
             backdate: Duration::from_secs(300),
+            tokens: HashMap::new(),
+            access_rules: Vec::new(),
         }
     }
 }
@@ -192,12 +200,14 @@ impl ApiServer {
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        let mut tokens = auth::default_tokens();
+        tokens.extend(options.tokens.clone());
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new(options.history_limit)),
             cert_lifetime: RwLock::new(options.cert_lifetime),
             options,
             ca,
-            tokens: RwLock::new(auth::default_tokens()),
+            tokens: RwLock::new(tokens),
             fault: watch::channel(Fault::None).0,
             watch_generation: watch::channel(0).0,
             up: watch::channel(true).0,

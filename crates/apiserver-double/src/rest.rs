@@ -101,6 +101,12 @@ const KINDS: &[Kind] = &[
         kind: "TokenReview",
         namespaced: false,
     },
+    Kind {
+        resource: "subjectaccessreviews",
+        api_version: "authorization.k8s.io/v1",
+        kind: "SubjectAccessReview",
+        namespaced: false,
+    },
 ];
 
 /// Looks up a resource by plural name.
@@ -318,6 +324,9 @@ pub async fn handle(
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
     };
+    if crate::review::is_review(t.kind.resource) {
+        return crate::review::serve(&shared, t.kind, verb, &body);
+    }
     match verb {
         "watch" => watch(&shared, &t, &q),
         "list" => list(&shared, &t, &q),

@@ -31,20 +31,6 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
         Ok(o) => o,
         Err(r) => return r,
     };
-    if t.kind.resource == "tokenreviews" {
-        let token = obj
-            .pointer("/spec/token")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let user = shared.tokens.read().get(token).cloned();
-        obj["status"] = match user {
-            Some(u) => {
-                json!({"authenticated": true, "user": {"username": u.user, "groups": u.groups}})
-            }
-            None => json!({"authenticated": false}),
-        };
-        return respond(StatusCode::CREATED, &with_type(t.kind, obj));
-    }
     let mut name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
