@@ -4,7 +4,10 @@
 //! which the agent implements (upstream `server.HostInterface`), so this crate
 //! depends on no agent code and is tested against a fake host.
 
+pub mod auth;
 pub mod healthz;
+pub mod serve;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
