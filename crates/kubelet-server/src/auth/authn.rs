@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::cache::TtlCache;
-use super::{AuthError, REVIEW_TIMEOUT, UserInfo};
+use super::{AuthError, UserInfo, review_call};
 use crate::serve::PeerCertificates;
 
 /// How often `clientCAFile` is re-read (upstream's dynamic CA content
@@ -181,14 +181,8 @@ impl TokenReviewer for KubeTokenReviewer {
             },
             ..TokenReview::default()
         };
-        let out =
-            tokio::time::timeout(REVIEW_TIMEOUT, self.api.create(&PostParams::default(), &tr))
-                .await
-                .map_err(|_| AuthError::ReviewTimeout("TokenReview"))?
-                .map_err(|source| AuthError::Review {
-                    review: "TokenReview",
-                    source,
-                })?;
+        let pp = PostParams::default();
+        let out = review_call("TokenReview", || self.api.create(&pp, &tr)).await?;
         let status = out.status.unwrap_or_default();
         if !status.authenticated.unwrap_or(false) {
             return Err(AuthError::InvalidToken(
