@@ -409,4 +409,71 @@ mod tests {
         assert_eq!(u.groups, vec!["system:unauthenticated"]);
         assert!(on.authenticate(&mut req(Some("Bearer bad"))).await.is_err());
     }
+
+    fn ca(cn: &str) -> (rcgen::CertificateParams, rcgen::KeyPair, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = p.self_signed(&key).expect("ca").pem();
+        (p, key, pem)
+    }
+
+    fn leaf(
+        ca: &(rcgen::CertificateParams, rcgen::KeyPair, String),
+        cn: &str,
+    ) -> CertificateDer<'static> {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "team-a");
+        if !cn.is_empty() {
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        }
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let issuer = rcgen::Issuer::from_params(&ca.0, &ca.1);
+        p.signed_by(&key, &issuer).expect("leaf").der().clone()
+    }
+
+    #[tokio::test]
+    async fn client_certificates_name_user_and_groups_and_follow_ca_reloads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ca.crt");
+        let (old, new) = (ca("old-ca"), ca("new-ca"));
+        tokio::fs::write(&path, &old.2).await.expect("write");
+        let c = ClientCa::load(path.clone()).await.expect("loads");
+        let u = c
+            .authenticate(&[leaf(&old, "bob")])
+            .expect("verifies")
+            .expect("user");
+        assert_eq!(u.name, "bob");
+        assert_eq!(u.groups, vec!["team-a"]);
+        assert_eq!(c.authenticate(&[leaf(&old, "")]).expect("verifies"), None);
+        assert!(matches!(
+            c.authenticate(&[leaf(&new, "eve")]),
+            Err(AuthError::Certificate(_))
+        ));
+        // A broken file keeps the last good bundle.
+        tokio::fs::write(&path, "garbage").await.expect("write");
+        c.reload().await;
+        assert!(c.authenticate(&[leaf(&old, "bob")]).is_ok());
+        tokio::fs::write(&path, &new.2).await.expect("write");
+        c.reload().await;
+        assert_eq!(
+            c.authenticate(&[leaf(&new, "eve")])
+                .expect("verifies")
+                .map(|u| u.name),
+            Some("eve".to_string())
+        );
+        assert!(c.authenticate(&[leaf(&old, "bob")]).is_err());
+        assert!(matches!(
+            ClientCa::load(dir.path().join("missing")).await,
+            Err(AuthError::ClientCa { .. })
+        ));
+    }
 }

@@ -374,3 +374,70 @@ pub async fn middleware(
 pub fn layer(router: Router, auth: Arc<KubeletAuth>) -> Router {
     router.layer(axum::middleware::from_fn_with_state(auth, middleware))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn build_refuses_what_upstream_refuses() {
+        let authn = AuthenticationSettings::default();
+        let allow = AuthorizationSettings {
+            mode: "AlwaysAllow".into(),
+            ..AuthorizationSettings::default()
+        };
+        // Standalone (no API client) with webhook modes, as upstream.
+        assert!(matches!(
+            KubeletAuth::build("n1", None, &authn, &allow, true).await,
+            Err(AuthError::NoClient("authentication"))
+        ));
+        let no_webhook = AuthenticationSettings {
+            webhook: WebhookAuthnSettings {
+                enabled: false,
+                ..WebhookAuthnSettings::default()
+            },
+            ..AuthenticationSettings::default()
+        };
+        assert!(matches!(
+            KubeletAuth::build(
+                "n1",
+                None,
+                &no_webhook,
+                &AuthorizationSettings::default(),
+                true
+            )
+            .await,
+            Err(AuthError::NoClient("authorization"))
+        ));
+        for (mode, want) in [
+            ("", "no authorization mode specified"),
+            ("RBAC", "unknown authorization mode RBAC"),
+        ] {
+            let z = AuthorizationSettings {
+                mode: mode.into(),
+                ..AuthorizationSettings::default()
+            };
+            let err = KubeletAuth::build("n1", None, &no_webhook, &z, true)
+                .await
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(err.as_deref(), Some(want));
+        }
+        assert!(
+            KubeletAuth::build("n1", None, &no_webhook, &allow, true)
+                .await
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn defaults_are_v1beta1s() {
+        let a = AuthenticationSettings::default();
+        assert!(!a.anonymous.enabled && a.webhook.enabled && a.x509.client_ca_file.is_none());
+        assert_eq!(a.webhook.cache_ttl, Duration::from_secs(120));
+        let z = AuthorizationSettings::default();
+        assert_eq!(z.mode, "Webhook");
+        assert_eq!(z.webhook.cache_authorized_ttl, Duration::from_secs(300));
+        assert_eq!(z.webhook.cache_unauthorized_ttl, Duration::from_secs(30));
+    }
+}
