@@ -97,10 +97,7 @@ pub(crate) fn serve(shared: &Shared, kind: Kind, verb: &str, body: &[u8]) -> Res
         return status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            &format!(
-                "{verb} is not supported on resources of kind \"{}\"",
-                kind.resource
-            ),
+            "the server does not allow this method on the requested resource",
         );
     }
     let Some(mut obj) = serde_json::from_slice::<Value>(body)
@@ -269,5 +266,105 @@ mod tests {
         let all = AccessRule::new(Subject::User("bob".into()), &["*"], &["nodes/*"]);
         assert!(all.covers("delete", "nodes", "proxy", "x"));
         assert!(!all.covers("get", "nodes", "", "x"));
+    }
+
+    async fn answer(shared: &Shared, resource: &str, verb: &str, body: Value) -> (u16, Value) {
+        let kind = crate::rest::kind(resource).expect("kind");
+        let r = serve(shared, kind, verb, body.to_string().as_bytes());
+        let code = r.status().as_u16();
+        let bytes = http_body_util::BodyExt::collect(r.into_body())
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    #[tokio::test]
+    async fn reviews_answer_as_the_apiserver_does() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let api = crate::ApiServer::start(crate::Options {
+            tokens: std::collections::HashMap::from([(
+                "t1".to_string(),
+                crate::Identity::new("alice", &["devs"]),
+            )]),
+            access_rules: vec![AccessRule::new(
+                Subject::Group("devs".into()),
+                &["get"],
+                &["nodes/stats"],
+            )],
+            ..crate::Options::default()
+        })
+        .await
+        .expect("double");
+        let shared = api.shared.as_ref();
+        let (code, v) = answer(shared, "tokenreviews", "create",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "t1"}})).await;
+        assert_eq!(code, 201);
+        assert_eq!(v["status"]["authenticated"], json!(true));
+        assert_eq!(v["status"]["user"]["username"], json!("alice"));
+        assert_eq!(
+            v["status"]["user"]["groups"],
+            json!(["devs", "system:authenticated"])
+        );
+        assert_eq!(v["spec"]["token"], json!("t1"));
+        let (_, v) = answer(
+            shared,
+            "tokenreviews",
+            "create",
+            json!({"spec": {"token": "nope"}}),
+        )
+        .await;
+        assert_eq!(v["status"]["authenticated"], json!(false));
+        let (code, v) = answer(shared, "tokenreviews", "create", json!({"spec": {}})).await;
+        assert_eq!((code, v["reason"].clone()), (400, json!("BadRequest")));
+        let (code, _) = answer(shared, "tokenreviews", "list", json!({})).await;
+        assert_eq!(code, 405);
+
+        let sar = |user: &str, groups: Value, sub: &str| {
+            json!({"spec": {"user": user, "groups": groups, "resourceAttributes":
+                {"verb": "get", "resource": "nodes", "subresource": sub, "name": "n1", "version": "v1"}}})
+        };
+        let (code, v) = answer(
+            shared,
+            "subjectaccessreviews",
+            "create",
+            sar("alice", json!(["devs"]), "stats"),
+        )
+        .await;
+        assert_eq!(code, 201);
+        assert_eq!(v["kind"], json!("SubjectAccessReview"));
+        assert_eq!(v["status"]["allowed"], json!(true));
+        let (_, v) = answer(
+            shared,
+            "subjectaccessreviews",
+            "create",
+            sar("alice", json!(["devs"]), "proxy"),
+        )
+        .await;
+        assert_eq!(v["status"]["allowed"], json!(false));
+        let (_, v) = answer(
+            shared,
+            "subjectaccessreviews",
+            "create",
+            sar("root", json!(["system:masters"]), "proxy"),
+        )
+        .await;
+        assert_eq!(v["status"]["allowed"], json!(true));
+        let (code, _) = answer(
+            shared,
+            "subjectaccessreviews",
+            "create",
+            sar("", json!([]), "stats"),
+        )
+        .await;
+        assert_eq!(code, 422);
+        let (code, _) = answer(
+            shared,
+            "subjectaccessreviews",
+            "create",
+            json!({"spec": {"user": "a"}}),
+        )
+        .await;
+        assert_eq!(code, 422);
     }
 }

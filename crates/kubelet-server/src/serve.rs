@@ -49,7 +49,11 @@ pub async fn serve_tls(
         let router = router.clone();
         let stop = stop.clone();
         tracker.spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let handshake = tokio::select! {
+                _ = stop.cancelled() => return,
+                h = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)) => h,
+            };
+            let tls = match handshake {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -149,4 +153,185 @@ async fn connection<S>(
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::{SwappableCert, TlsSettings, certified_key_from_pem, server_config};
+    use axum::extract::Request;
+    use axum::routing::get;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn cert(name: &str) -> (Arc<rustls::sign::CertifiedKey>, CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, name.to_string());
+        let c = p.self_signed(&key).expect("cert");
+        let ck = certified_key_from_pem(c.pem().as_bytes(), key.serialize_pem().as_bytes())
+            .expect("certified key");
+        (Arc::new(ck), c.der().clone())
+    }
+
+    /// Echoes bytes on an HTTP/1.1 upgrade, as exec and port-forward use it.
+    async fn upgrade(mut req: Request) -> axum::response::Response {
+        let Some(on) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+            return (http::StatusCode::BAD_REQUEST, "no upgrade").into_response();
+        };
+        tokio::spawn(async move {
+            if let Ok(up) = on.await {
+                let mut io = TokioIo::new(up);
+                let mut buf = [0u8; 4];
+                if io.read_exact(&mut buf).await.is_ok() {
+                    let _ = io.write_all(&buf).await;
+                }
+            }
+        });
+        http::Response::builder()
+            .status(http::StatusCode::SWITCHING_PROTOCOLS)
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "echo")
+            .body(axum::body::Body::empty())
+            .map(IntoResponse::into_response)
+            .unwrap_or_else(|_| http::StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    }
+
+    use axum::response::IntoResponse;
+
+    fn router() -> Router {
+        Router::new()
+            .route("/ping", get(|| async { "pong" }))
+            .route("/echo", get(upgrade))
+    }
+
+    #[tokio::test]
+    async fn plain_loop_serves_requests_and_upgrades_then_stops() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, tracker) = (CancellationToken::new(), TaskTracker::new());
+        tracker.spawn(serve_plain(
+            listener,
+            router(),
+            stop.clone(),
+            tracker.clone(),
+        ));
+
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn.with_upgrades());
+        let resp = send
+            .send_request(
+                http::Request::get("/ping")
+                    .body(Empty::<Bytes>::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&body[..], b"pong");
+        let resp = send
+            .send_request(
+                http::Request::get("/echo")
+                    .header(http::header::CONNECTION, "Upgrade")
+                    .header(http::header::UPGRADE, "echo")
+                    .body(Empty::<Bytes>::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        assert_eq!(resp.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+        let mut io = TokioIo::new(hyper::upgrade::on(resp).await.expect("upgraded"));
+        io.write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        io.read_exact(&mut buf).await.expect("read");
+        assert_eq!(&buf, b"ping");
+
+        stop.cancel();
+        tracker.close();
+        tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+            .await
+            .expect("stops");
+        assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
+    }
+
+    async fn tls_get(
+        addr: std::net::SocketAddr,
+        root: CertificateDer<'static>,
+    ) -> (String, Vec<CertificateDer<'static>>) {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(root).expect("root");
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(
+                rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+                tcp,
+            )
+            .await
+            .expect("handshake");
+        let presented = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .map(|c| c.to_vec())
+            .unwrap_or_default();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("http handshake");
+        tokio::spawn(conn);
+        let resp = send
+            .send_request(
+                http::Request::get("/ping")
+                    .header(http::header::HOST, "localhost")
+                    .body(Empty::<Bytes>::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (String::from_utf8_lossy(&body).into_owned(), presented)
+    }
+
+    #[tokio::test]
+    async fn a_stalled_client_does_not_hold_up_others_and_a_swapped_cert_is_served() {
+        let (first, first_der) = cert("first");
+        let (second, second_der) = cert("second");
+        let resolver = Arc::new(SwappableCert::new(first));
+        let cfg = server_config(&TlsSettings::default(), resolver.clone()).expect("config");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, tracker) = (CancellationToken::new(), TaskTracker::new());
+        tracker.spawn(serve_tls(
+            listener,
+            Arc::new(cfg),
+            router(),
+            stop.clone(),
+            tracker.clone(),
+        ));
+        // Connects and never says a word.
+        let _stalled = TcpStream::connect(addr).await.expect("connect");
+        let (body, presented) = tls_get(addr, first_der.clone()).await;
+        assert_eq!(body, "pong");
+        assert_eq!(presented.first(), Some(&first_der));
+        resolver.set(second);
+        let (body, presented) = tls_get(addr, second_der.clone()).await;
+        assert_eq!(body, "pong");
+        assert_eq!(presented.first(), Some(&second_der));
+        stop.cancel();
+        tracker.close();
+        tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+            .await
+            .expect("stops");
+    }
 }

@@ -40,10 +40,6 @@ pub enum TlsError {
         "tlsCipherSuites: cipher suite {0:?} is not supported by this kubelet (only ECDHE with AES-GCM or ChaCha20-Poly1305)"
     )]
     UnsupportedCipherSuite(String),
-    /// Only TLS 1.3 names were given with a minimum of TLS 1.2, leaving no
-    /// TLS 1.2 suite.
-    #[error("tlsCipherSuites: no TLS 1.2 cipher suite left for tlsMinVersion VersionTLS12")]
-    NoTls12Suite,
     /// A `tlsMinVersion` value Go does not know.
     #[error(
         "tlsMinVersion: unknown version {0:?} (VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13)"
@@ -161,7 +157,10 @@ pub fn provider(settings: &TlsSettings) -> Result<CryptoProvider, TlsError> {
     } else if settings.cipher_suites.is_empty() {
         base.cipher_suites.clone()
     } else if tls12.is_empty() {
-        return Err(TlsError::NoTls12Suite);
+        // Go keeps TLS 1.2 enabled with no suite, so only TLS 1.3 clients
+        // connect; rustls needs the version off for the same effect.
+        tracing::warn!("tlsCipherSuites names no TLS 1.2 suite; serving TLS 1.3 only");
+        tls13.collect()
     } else {
         tls12.into_iter().chain(tls13).collect()
     };
@@ -177,10 +176,14 @@ pub fn server_config(
     cert: Arc<dyn ResolvesServerCert>,
 ) -> Result<rustls::ServerConfig, TlsError> {
     let provider = Arc::new(provider(settings)?);
-    let versions: &[&rustls::SupportedProtocolVersion] = if min_is_tls13(&settings.min_version)? {
-        &[&rustls::version::TLS13]
-    } else {
+    let has_tls12 = provider
+        .cipher_suites
+        .iter()
+        .any(|s| s.version() == &rustls::version::TLS12);
+    let versions: &[&rustls::SupportedProtocolVersion] = if has_tls12 {
         &[&rustls::version::TLS13, &rustls::version::TLS12]
+    } else {
+        &[&rustls::version::TLS13]
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)?;
@@ -350,10 +353,6 @@ mod tests {
             Err(TlsError::UnsupportedCipherSuite(_))
         ));
         assert!(matches!(
-            provider(&settings(&["TLS_AES_128_GCM_SHA256"], "VersionTLS12")),
-            Err(TlsError::NoTls12Suite)
-        ));
-        assert!(matches!(
             provider(&settings(&[], "VersionTLS14")),
             Err(TlsError::UnknownVersion(_))
         ));
@@ -367,6 +366,13 @@ mod tests {
     #[test]
     fn tls13_minimum_drops_tls12_suites_and_old_versions_are_raised() {
         let p = provider(&settings(&[], "VersionTLS13")).expect("tls13");
+        assert!(
+            p.cipher_suites
+                .iter()
+                .all(|s| s.version() == &rustls::version::TLS13)
+        );
+        // TLS 1.3 names alone leave TLS 1.3 only, as in Go.
+        let p = provider(&settings(&["TLS_AES_128_GCM_SHA256"], "VersionTLS12")).expect("1.3");
         assert!(
             p.cipher_suites
                 .iter()

@@ -361,3 +361,57 @@ fn a_bad_cipher_suite_name_stops_startup_with_a_clear_error() {
         "tlsCipherSuites: unknown cipher suite \"TLS_NOPE\""
     );
 }
+
+#[tokio::test]
+async fn failing_reviews_are_retried_then_answer_401_or_500() {
+    let s = start(false).await;
+    s.cluster
+        .api
+        .set_fault(apiserver_double::Fault::ServerError);
+    let (code, _, body) = s
+        .call(Call {
+            token: Some(TOKEN),
+            ..Call::get("/pods")
+        })
+        .await;
+    assert_eq!(
+        (code, body.as_str()),
+        (StatusCode::UNAUTHORIZED, "Unauthorized")
+    );
+    assert_eq!(s.reviews("/tokenreviews"), 5, "upstream's five attempts");
+    let admin = s
+        .cluster
+        .api
+        .client_cert("admin", &["system:masters"])
+        .unwrap();
+    let cert = Some((admin.cert_pem, admin.key_pem));
+    let (code, _, body) = s
+        .call(Call {
+            cert: cert.clone(),
+            ..Call::get("/pods")
+        })
+        .await;
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body,
+        "Authorization error (user=admin, verb=get, resource=nodes, subresource=proxy)"
+    );
+    assert_eq!(s.reviews("/subjectaccessreviews"), 5);
+    // Failures were not cached: with the apiserver back, both work.
+    s.cluster.api.set_fault(apiserver_double::Fault::None);
+    let (code, _, _) = s
+        .call(Call {
+            cert,
+            ..Call::get("/pods")
+        })
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let (code, _, _) = s
+        .call(Call {
+            token: Some(TOKEN),
+            ..Call::get("/stats/summary")
+        })
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    s.stop().await;
+}

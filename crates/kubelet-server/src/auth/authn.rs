@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::cache::TtlCache;
-use super::{AuthError, REVIEW_TIMEOUT, UserInfo};
+use super::{AuthError, UserInfo, review_call};
 use crate::serve::PeerCertificates;
 
 /// How often `clientCAFile` is re-read (upstream's dynamic CA content
@@ -181,14 +181,8 @@ impl TokenReviewer for KubeTokenReviewer {
             },
             ..TokenReview::default()
         };
-        let out =
-            tokio::time::timeout(REVIEW_TIMEOUT, self.api.create(&PostParams::default(), &tr))
-                .await
-                .map_err(|_| AuthError::ReviewTimeout("TokenReview"))?
-                .map_err(|source| AuthError::Review {
-                    review: "TokenReview",
-                    source,
-                })?;
+        let pp = PostParams::default();
+        let out = review_call("TokenReview", || self.api.create(&pp, &tr)).await?;
         let status = out.status.unwrap_or_default();
         if !status.authenticated.unwrap_or(false) {
             return Err(AuthError::InvalidToken(
@@ -414,5 +408,72 @@ mod tests {
         assert_eq!(u.name, "system:anonymous");
         assert_eq!(u.groups, vec!["system:unauthenticated"]);
         assert!(on.authenticate(&mut req(Some("Bearer bad"))).await.is_err());
+    }
+
+    fn ca(cn: &str) -> (rcgen::CertificateParams, rcgen::KeyPair, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = p.self_signed(&key).expect("ca").pem();
+        (p, key, pem)
+    }
+
+    fn leaf(
+        ca: &(rcgen::CertificateParams, rcgen::KeyPair, String),
+        cn: &str,
+    ) -> CertificateDer<'static> {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "team-a");
+        if !cn.is_empty() {
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        }
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let issuer = rcgen::Issuer::from_params(&ca.0, &ca.1);
+        p.signed_by(&key, &issuer).expect("leaf").der().clone()
+    }
+
+    #[tokio::test]
+    async fn client_certificates_name_user_and_groups_and_follow_ca_reloads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ca.crt");
+        let (old, new) = (ca("old-ca"), ca("new-ca"));
+        tokio::fs::write(&path, &old.2).await.expect("write");
+        let c = ClientCa::load(path.clone()).await.expect("loads");
+        let u = c
+            .authenticate(&[leaf(&old, "bob")])
+            .expect("verifies")
+            .expect("user");
+        assert_eq!(u.name, "bob");
+        assert_eq!(u.groups, vec!["team-a"]);
+        assert_eq!(c.authenticate(&[leaf(&old, "")]).expect("verifies"), None);
+        assert!(matches!(
+            c.authenticate(&[leaf(&new, "eve")]),
+            Err(AuthError::Certificate(_))
+        ));
+        // A broken file keeps the last good bundle.
+        tokio::fs::write(&path, "garbage").await.expect("write");
+        c.reload().await;
+        assert!(c.authenticate(&[leaf(&old, "bob")]).is_ok());
+        tokio::fs::write(&path, &new.2).await.expect("write");
+        c.reload().await;
+        assert_eq!(
+            c.authenticate(&[leaf(&new, "eve")])
+                .expect("verifies")
+                .map(|u| u.name),
+            Some("eve".to_string())
+        );
+        assert!(c.authenticate(&[leaf(&old, "bob")]).is_err());
+        assert!(matches!(
+            ClientCa::load(dir.path().join("missing")).await,
+            Err(AuthError::ClientCa { .. })
+        ));
     }
 }

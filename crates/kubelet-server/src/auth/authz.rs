@@ -15,7 +15,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 use super::cache::TtlCache;
-use super::{Attributes, AuthError, REVIEW_TIMEOUT};
+use super::{Attributes, AuthError, review_call};
 
 /// An authorizer's answer (upstream `authorizer.Decision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,16 +56,8 @@ impl AccessReviewer for KubeAccessReviewer {
             spec: spec.clone(),
             ..SubjectAccessReview::default()
         };
-        let out = tokio::time::timeout(
-            REVIEW_TIMEOUT,
-            self.api.create(&PostParams::default(), &sar),
-        )
-        .await
-        .map_err(|_| AuthError::ReviewTimeout("SubjectAccessReview"))?
-        .map_err(|source| AuthError::Review {
-            review: "SubjectAccessReview",
-            source,
-        })?;
+        let pp = PostParams::default();
+        let out = review_call("SubjectAccessReview", || self.api.create(&pp, &sar)).await?;
         let status = out.status.unwrap_or_default();
         Ok(if status.allowed {
             Decision::Allow

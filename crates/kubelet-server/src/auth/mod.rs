@@ -34,6 +34,50 @@ pub use authz::{AccessReviewer, Authorizer, Decision, KubeAccessReviewer};
 /// delegating authenticator and authorizer use 10 s).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Attempts of one review when the apiserver fails transiently (upstream
+/// `DefaultAuthWebhookRetryBackoff`: 5 steps from 500 ms, factor 1.5).
+const REVIEW_ATTEMPTS: u32 = 5;
+const REVIEW_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Whether a failed review is worth repeating (upstream webhook
+/// `DefaultShouldRetry`): connection failures, 500 InternalError, 504
+/// Timeout and 429 TooManyRequests.
+fn should_retry(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => matches!(s.code, 429 | 500 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs one review call with a deadline per attempt, repeating transient
+/// failures with backoff. A timed-out attempt is not repeated, so a hung
+/// apiserver costs one [`REVIEW_TIMEOUT`].
+pub(crate) async fn review_call<T, F, Fut>(
+    review: &'static str,
+    mut call: F,
+) -> Result<T, AuthError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut delay = REVIEW_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match tokio::time::timeout(REVIEW_TIMEOUT, call()).await {
+            Err(_) => return Err(AuthError::ReviewTimeout(review)),
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if attempt < REVIEW_ATTEMPTS && should_retry(&e) => {
+                tracing::debug!(review, attempt, error = %e, "review failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = delay.mul_f64(1.5);
+                attempt += 1;
+            }
+            Ok(Err(source)) => return Err(AuthError::Review { review, source }),
+        }
+    }
+}
+
 /// An authenticated user (upstream `user.Info`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserInfo {
@@ -329,4 +373,71 @@ pub async fn middleware(
 /// Puts `auth` in front of every route of `router`.
 pub fn layer(router: Router, auth: Arc<KubeletAuth>) -> Router {
     router.layer(axum::middleware::from_fn_with_state(auth, middleware))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn build_refuses_what_upstream_refuses() {
+        let authn = AuthenticationSettings::default();
+        let allow = AuthorizationSettings {
+            mode: "AlwaysAllow".into(),
+            ..AuthorizationSettings::default()
+        };
+        // Standalone (no API client) with webhook modes, as upstream.
+        assert!(matches!(
+            KubeletAuth::build("n1", None, &authn, &allow, true).await,
+            Err(AuthError::NoClient("authentication"))
+        ));
+        let no_webhook = AuthenticationSettings {
+            webhook: WebhookAuthnSettings {
+                enabled: false,
+                ..WebhookAuthnSettings::default()
+            },
+            ..AuthenticationSettings::default()
+        };
+        assert!(matches!(
+            KubeletAuth::build(
+                "n1",
+                None,
+                &no_webhook,
+                &AuthorizationSettings::default(),
+                true
+            )
+            .await,
+            Err(AuthError::NoClient("authorization"))
+        ));
+        for (mode, want) in [
+            ("", "no authorization mode specified"),
+            ("RBAC", "unknown authorization mode RBAC"),
+        ] {
+            let z = AuthorizationSettings {
+                mode: mode.into(),
+                ..AuthorizationSettings::default()
+            };
+            let err = KubeletAuth::build("n1", None, &no_webhook, &z, true)
+                .await
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(err.as_deref(), Some(want));
+        }
+        assert!(
+            KubeletAuth::build("n1", None, &no_webhook, &allow, true)
+                .await
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn defaults_are_v1beta1s() {
+        let a = AuthenticationSettings::default();
+        assert!(!a.anonymous.enabled && a.webhook.enabled && a.x509.client_ca_file.is_none());
+        assert_eq!(a.webhook.cache_ttl, Duration::from_secs(120));
+        let z = AuthorizationSettings::default();
+        assert_eq!(z.mode, "Webhook");
+        assert_eq!(z.webhook.cache_authorized_ttl, Duration::from_secs(300));
+        assert_eq!(z.webhook.cache_unauthorized_ttl, Duration::from_secs(30));
+    }
 }
