@@ -24,6 +24,15 @@ pub struct Joined {
 impl Joined {
     /// Starts a double, then a kubelet with only a bootstrap kubeconfig (TLS bootstrap).
     pub async fn start(options: Options) -> Joined {
+        Self::start_with(options, |_, _| {}).await
+    }
+
+    /// [`Joined::start`] with `tweak` applied to the kubelet's flags last
+    /// (it sees the running double, e.g. to write a config file naming its CA).
+    pub async fn start_with(
+        options: Options,
+        tweak: impl FnOnce(&mut kubelet_config::Flags, &ApiServer),
+    ) -> Joined {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let api = ApiServer::start(options).await.expect("double");
         let conf = tempfile::tempdir().expect("tmp").keep();
@@ -37,6 +46,7 @@ impl Joined {
             f.kubeconfig = Some(conf.join("kubelet.conf"));
             f.bootstrap_kubeconfig = Some(bootstrap.clone());
             f.cert_dir = Some(conf.join("pki"));
+            tweak(f, &api);
         })
         .await;
         let admin = kubelet_client::from_kubeconfig(&admin_conf, 1000.0, 1000)

@@ -92,7 +92,12 @@ impl Node {
         };
         flags.extra.push("address", "127.0.0.1").expect("--address");
         tweak(&mut flags);
-        let cfg = KubeletConfig::resolve(&flags, None, "unused").expect("config");
+        let file = flags.config.as_ref().map(|p| {
+            kubelet_config::KubeletConfiguration::load(p)
+                .expect("--config file")
+                .0
+        });
+        let cfg = KubeletConfig::resolve(&flags, file.as_ref(), "unused").expect("config");
         let mut node = Node {
             name,
             dir,
