@@ -52,14 +52,11 @@ rss0=$(rss_kb $pid)
 $API follow-cycles "$addr" "$ca" "$node" "/containerLogs/default/p1-$node/c?follow=true&tailLines=1" "$FOLLOWS" >/dev/null
 rss1=$(rss_kb $pid)
 echo "RSS before/after $FOLLOWS log follows (KiB): $rss0 $rss1"
-if $API exec 2>/dev/null | grep -q usage; then :; fi
-if $API help 2>&1 | grep -q exec-cycles; then
-  $API exec-cycles "$addr" "$ca" "$node" "default" "p1-$node" c "$EXECS" >"$work/exec"
-  rss2=$(rss_kb $pid)
-  echo "RSS after $EXECS exec sessions (KiB): $rss2"
-  echo "exec round trip via kubelet-rs (p50 ms): $(cat "$work/exec")"
-  echo "exec round trip CRI floor (p50 ms):      $($API exec-floor "$node" c "$EXECS")"
-fi
+$API exec-cycles "$addr" "$ca" "$node" default "p1-$node" c "$EXECS" >"$work/exec"
+rss2=$(rss_kb $pid)
+echo "RSS after $EXECS exec sessions (KiB): $rss2"
+echo "exec round trip via kubelet-rs (median ms): $(cat "$work/exec")"
+echo "exec round trip CRI floor (median ms):      $($API exec-floor "p1-$node" c "$EXECS")"
 rm -f "$work"/manifests/*.yaml
 for _ in $(seq 120); do
   left=$(ctr -n k8s.io containers ls -q | wc -l)
