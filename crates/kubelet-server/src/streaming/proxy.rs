@@ -4,9 +4,11 @@
 //! with its headers, the runtime's `101` goes back to the client, and the two
 //! upgraded connections are copied into each other until one side ends.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, PROXY_AUTHORIZATION, TRANSFER_ENCODING};
@@ -28,6 +30,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline to relay a refused upgrade's body (upstream: 10 s).
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The header naming the proxied clients.
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
 /// Largest refused-upgrade body relayed.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
@@ -83,9 +87,21 @@ pub async fn open_upgrade(
 /// The client's headers as sent on to the runtime: all of them (as upstream
 /// clones the request), except the body framing of a request sent without
 /// a body, and the client's credentials, which are the kubelet's business
-/// and not the runtime's.
-pub fn forwarded_headers(client: &HeaderMap) -> HeaderMap {
+/// and not the runtime's. The client's address, when the server recorded it
+/// (`ConnectInfo`), is appended to `X-Forwarded-For` (upstream
+/// `AppendForwardedForHeader`).
+pub fn forwarded_headers(client: &HeaderMap, peer: Option<SocketAddr>) -> HeaderMap {
     let mut headers = client.clone();
+    if let Some(peer) = peer {
+        let ip = peer.ip().to_string();
+        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(prior) => format!("{prior}, {ip}"),
+            None => ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+    }
     for h in [
         HOST,
         CONTENT_LENGTH,
@@ -101,7 +117,11 @@ pub fn forwarded_headers(client: &HeaderMap) -> HeaderMap {
 /// Upstream `tryUpgrade`: proxies the client's upgrade request in `parts`
 /// to `url`.
 pub async fn transparent(mut parts: Parts, url: Uri) -> Response {
-    let headers = forwarded_headers(&parts.headers);
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let headers = forwarded_headers(&parts.headers, peer);
     let mut resp = match open_upgrade(parts.method.clone(), &url, headers).await {
         Ok(r) => r,
         Err(e) => return proxy_error(&e),
@@ -174,4 +194,40 @@ pub async fn splice(client: Upgraded, backend: Upgraded) {
     // Best effort: let both peers see the end of the stream.
     let _ = tokio::time::timeout(Duration::from_secs(1), client_tx.shutdown()).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), backend_tx.shutdown()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_headers_keep_the_upgrade_and_drop_credentials() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("Upgrade"));
+        h.insert("upgrade", HeaderValue::from_static("SPDY/3.1"));
+        h.append(
+            "x-stream-protocol-version",
+            HeaderValue::from_static("v4.channel.k8s.io"),
+        );
+        h.append(
+            "x-stream-protocol-version",
+            HeaderValue::from_static("channel.k8s.io"),
+        );
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        h.insert(HOST, HeaderValue::from_static("node:10250"));
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        let peer: SocketAddr = "192.0.2.7:5555".parse().unwrap();
+        let out = forwarded_headers(&h, Some(peer));
+        assert_eq!(out["upgrade"], "SPDY/3.1");
+        assert_eq!(out.get_all("x-stream-protocol-version").iter().count(), 2);
+        assert!(out.get(AUTHORIZATION).is_none());
+        assert!(out.get(HOST).is_none());
+        assert_eq!(out[X_FORWARDED_FOR], "10.0.0.1, 192.0.2.7");
+        h.remove(X_FORWARDED_FOR);
+        assert_eq!(
+            forwarded_headers(&h, Some(peer))[X_FORWARDED_FOR],
+            "192.0.2.7"
+        );
+        assert!(forwarded_headers(&h, None).get(X_FORWARDED_FOR).is_none());
+    }
 }

@@ -451,3 +451,28 @@ async fn port_forward_websocket_tunnel_relays_spdy_bytes() {
         "tunnel closed: {end:?}"
     );
 }
+
+#[test]
+fn the_clients_protocol_order_picks_the_server() {
+    let offer = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Untranslated, v5 is left to the runtime, which refuses it.
+    let v5 = V5_TRANSLATION.then_some(Choice::V5);
+    assert_eq!(
+        chosen_remote_command(&offer(&[V5_PROTOCOL, "v4.channel.k8s.io"])),
+        v5.or(Some(Choice::Runtime))
+    );
+    assert_eq!(chosen_remote_command(&offer(&[V5_PROTOCOL])), v5);
+    assert_eq!(
+        chosen_remote_command(&offer(&["base64.channel.k8s.io"])),
+        Some(Choice::Runtime)
+    );
+    assert_eq!(
+        chosen_port_forward(&offer(&[tunnel::PORT_FORWARD_TUNNEL, "v4.channel.k8s.io"])),
+        Some(Choice::Tunnel)
+    );
+    assert_eq!(
+        chosen_port_forward(&offer(&["v4.channel.k8s.io", tunnel::PORT_FORWARD_TUNNEL])),
+        Some(Choice::Runtime)
+    );
+    assert_eq!(chosen_port_forward(&offer(&["channel.k8s.io"])), None);
+}

@@ -16,7 +16,7 @@ use http::header::{
     CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
 };
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, split};
@@ -94,7 +94,7 @@ pub async fn port_forward_tunnel(mut parts: Parts, url: Uri, offered: Vec<String
             headers.append(STREAM_PROTOCOL_HEADER, v);
         }
     }
-    let mut resp = match open_upgrade(Method::POST, &url, headers).await {
+    let mut resp = match open_upgrade(parts.method.clone(), &url, headers).await {
         Ok(r) => r,
         Err(e) => return proxy_error(&e),
     };
