@@ -7,6 +7,12 @@
 //! ([`super::self_signed`]) or from the `kubernetes.io/kubelet-serving`
 //! signer ([`super::serving_manager`]).
 //!
+//! Files given as `tlsCertFile`/`tlsPrivateKeyFile` (and the self-signed
+//! pair) are re-read every minute and a changed pair is installed
+//! ([`ServingCert::reload_files`], upstream
+//! `NewKubeletServerCertificateDynamicFileManager`, feature
+//! `ReloadKubeletServerCertificateFile`, on by default).
+//!
 //! With no certificate yet (a serving CSR not approved), or an expired one,
 //! [`ServingCert`] resolves to nothing and the handshake fails, as upstream's
 //! "no serving certificate available for the kubelet".
@@ -22,7 +28,10 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -174,6 +183,64 @@ impl ServingCert {
     }
 }
 
+/// How often [`ServingCert::reload_files`] looks at the files (upstream's
+/// dynamic certificate content resyncs every minute).
+pub const FILE_RELOAD_PERIOD: Duration = Duration::from_secs(60);
+
+impl ServingCert {
+    /// Re-reads `cert_file` and `key_file` every [`FILE_RELOAD_PERIOD`]
+    /// until `stop`, and installs them when their content changed and they
+    /// load; a pair that does not load is logged and the served one kept.
+    pub async fn reload_files(
+        self: Arc<Self>,
+        cert_file: PathBuf,
+        key_file: PathBuf,
+        stop: CancellationToken,
+    ) {
+        let mut seen = digest(&cert_file, &key_file).await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(FILE_RELOAD_PERIOD) => {}
+            }
+            let now = digest(&cert_file, &key_file).await;
+            if now.is_none() || now == seen {
+                continue;
+            }
+            seen = now;
+            let (c, k) = (cert_file.clone(), key_file.clone());
+            match blocking(move || load_pair(&c, &k)).await {
+                Ok((key, info)) => {
+                    info!(cert = %cert_file.display(), "Serving certificate files changed; serving the new pair");
+                    self.set(key, info);
+                }
+                Err(e) => {
+                    warn!(error = %e, "Changed serving certificate files do not load; keeping the current pair")
+                }
+            }
+        }
+    }
+}
+
+/// A digest of both files' content, or none when one cannot be read.
+async fn digest(cert: &Path, key: &Path) -> Option<[u8; 32]> {
+    let (c, k) = (cert.to_path_buf(), key.to_path_buf());
+    let read = blocking(move || {
+        let mut h = Sha256::new();
+        h.update(std::fs::read(&c).map_err(Error::io(&c))?);
+        h.update(b"\0");
+        h.update(std::fs::read(&k).map_err(Error::io(&k))?);
+        Ok(h.finalize().into())
+    });
+    match read.await {
+        Ok(d) => Some(d),
+        Err(e) => {
+            warn!(error = %e, "Cannot read the serving certificate files");
+            None
+        }
+    }
+}
+
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let key = self.current();
@@ -251,6 +318,42 @@ mod tests {
         assert!(changes.has_changed().expect("open"));
         let second = serving.current().expect("a certificate");
         assert_ne!(first.cert[0], second.cert[0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changed_files_are_served_within_a_minute_and_broken_ones_ignored() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (cp, kp) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let (c, k) = pair(&["old"]);
+        std::fs::write(&cp, &c).expect("write");
+        std::fs::write(&kp, &k).expect("write");
+        let serving = ServingCert::from_files(&cp, &kp).await.expect("load");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(
+            serving
+                .clone()
+                .reload_files(cp.clone(), kp.clone(), stop.clone()),
+        );
+        tokio::time::sleep(FILE_RELOAD_PERIOD * 2).await;
+        assert_eq!(
+            *serving.subscribe().borrow(),
+            1,
+            "unchanged files are not reinstalled"
+        );
+
+        let (c, k) = pair(&["new"]);
+        std::fs::write(&cp, &c).expect("write");
+        std::fs::write(&kp, &k).expect("write");
+        tokio::time::sleep(FILE_RELOAD_PERIOD + Duration::from_secs(1)).await;
+        let info = serving.info().expect("info");
+        assert!(info.dns_names.contains("new"), "{info:?}");
+
+        std::fs::write(&kp, "broken").expect("write");
+        tokio::time::sleep(FILE_RELOAD_PERIOD + Duration::from_secs(1)).await;
+        assert_eq!(serving.info(), Some(info));
+        assert!(serving.current().is_some());
+        stop.cancel();
+        task.await.expect("stops");
     }
 
     #[test]

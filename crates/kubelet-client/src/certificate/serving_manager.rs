@@ -8,7 +8,8 @@
 //!   InternalIP/ExternalIP as IPs); nothing is requested before the node has
 //!   an address;
 //! - the file store `kubelet-server-current.pem` in `--cert-dir`, read first
-//!   so a restart serves the stored certificate without a new request;
+//!   so a restart serves the stored certificate without a new request, and
+//!   `tlsCertFile`/`tlsPrivateKeyFile` as its fallback when given;
 //! - rotation at a jittered 70–90% of the lifetime, at once when the
 //!   certificate no longer matches the node's addresses, with retries after
 //!   2, 4, 8 and 16 s (10% jitter) and then every 32 s.
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::manager::rotation_deadline;
-use super::serving::{CertInfo, ServingCert, parse_pair};
+use super::serving::{CertInfo, ServingCert, load_pair, parse_pair};
 use super::{csr, store};
 use crate::Error;
 use crate::clock::{Clock, SystemClock};
@@ -154,6 +155,7 @@ pub fn retry_delay(failures: u32, jitter: f64) -> Duration {
 struct Inner<S> {
     signer: S,
     cert_dir: PathBuf,
+    fallback: Option<(PathBuf, PathBuf)>,
     node: String,
     cert: Arc<ServingCert>,
     clock: Arc<dyn Clock>,
@@ -191,6 +193,7 @@ impl<S: Signer> ServingCertManager<S> {
             inner: Inner {
                 signer,
                 cert_dir,
+                fallback: None,
                 node,
                 cert: ServingCert::empty(),
                 clock,
@@ -199,21 +202,36 @@ impl<S: Signer> ServingCertManager<S> {
         }
     }
 
+    /// Serves `tlsCertFile`/`tlsPrivateKeyFile` when no certificate is
+    /// stored yet (upstream's `FileStore` with `certFile`/`keyFile`).
+    pub fn with_fallback_files(mut self, cert_file: PathBuf, key_file: PathBuf) -> Self {
+        self.inner.fallback = Some((cert_file, key_file));
+        self
+    }
+
     /// The certificate this manager keeps current; hand it to the TLS acceptor.
     pub fn cert(&self) -> Arc<ServingCert> {
         self.inner.cert.clone()
     }
 
-    /// Loads `kubelet-server-current.pem`, if a usable one is stored
-    /// (upstream `FileStore.Current`). `run` does this first; calling it
-    /// before starting the server serves the stored certificate at once.
+    /// Loads `kubelet-server-current.pem`, or else the fallback files, if
+    /// a usable pair is there (upstream `FileStore.Current`). `run` does
+    /// this first; calling it before starting the server serves the stored
+    /// certificate at once.
     pub async fn load_stored(&self) -> bool {
         let path = store::current_path_for(&self.inner.cert_dir, store::SERVER_PREFIX);
         let p = path.clone();
-        let loaded = blocking(move || {
-            let pem = std::fs::read(&p).map_err(Error::io(&p))?;
-            let (cert, key) = store::split_pem(&pem);
-            parse_pair(&cert, &key)
+        let fallback = self.inner.fallback.clone();
+        let loaded = blocking(move || match std::fs::read(&p) {
+            Ok(pem) => {
+                let (cert, key) = store::split_pem(&pem);
+                parse_pair(&cert, &key)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match &fallback {
+                Some((c, k)) if c.exists() && k.exists() => load_pair(c, k),
+                _ => Err(Error::io(&p)(e)),
+            },
+            Err(e) => Err(Error::io(&p)(e)),
         })
         .await;
         match loaded {

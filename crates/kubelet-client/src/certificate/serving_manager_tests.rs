@@ -239,3 +239,40 @@ async fn waits_for_addresses_and_requests_again_when_they_change() {
     stop.cancel();
     task.await.expect("stops");
 }
+
+#[tokio::test(start_paused = true)]
+async fn fallback_files_are_served_without_a_request() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec!["node-a".to_string()]).expect("params");
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "system:node:node-a");
+    let cert = params.self_signed(&key).expect("cert");
+    let (cp, kp) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cp, cert.pem()).expect("write");
+    std::fs::write(&kp, key.serialize_pem()).expect("write");
+
+    let signer = FakeSigner::new(TokioClock::default(), Duration::from_secs(1000), 0);
+    let (m, _tx) = manager(
+        &signer,
+        &dir.path().join("pki"),
+        vec![addr("Hostname", "node-a")],
+    );
+    let m = m.with_fallback_files(cp, kp);
+    let serving = m.cert();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(m.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(signer.requests.lock().is_empty());
+    assert_eq!(
+        serving.info().expect("info").dns_names,
+        ["node-a".to_string()].into()
+    );
+    stop.cancel();
+    task.await.expect("stops");
+}
