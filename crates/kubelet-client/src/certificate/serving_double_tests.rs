@@ -236,3 +236,73 @@ async fn the_double_fails_a_serving_csr_without_sans() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn new_addresses_while_waiting_for_approval_make_a_new_request() {
+    let c = Cluster::start(Options::default()).await;
+    let kubeconfig = c.dir.path().join("node-c.conf");
+    c.api
+        .write_cert_kubeconfig(&kubeconfig, "system:node:node-c", &["system:nodes"])
+        .expect("node kubeconfig");
+    let (client, _) = crate::client::from_kubeconfig(&kubeconfig, 5.0, 10)
+        .await
+        .expect("client");
+    let ip = |a: &str| {
+        vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: a.into(),
+        }]
+    };
+    let (tx, rx) = watch::channel(ip("10.9.0.1"));
+    let manager = ServingCertManager::new(client, c.dir.path().join("pki"), "node-c".into(), rx);
+    let serving = manager.cert();
+    let mut issued = serving.subscribe();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager.run(stop.clone()));
+    csrs_eventually(&c, 1).await;
+    tx.send_replace(ip("10.9.0.2"));
+    let csrs = csrs_eventually(&c, 2).await;
+    let newest = csrs
+        .iter()
+        .find(|c| {
+            let info = rcgen::CertificateSigningRequestParams::from_pem(
+                std::str::from_utf8(&base64_decode(&c["spec"]["request"])).expect("utf8"),
+            )
+            .expect("csr");
+            info.params.subject_alt_names
+                == [rcgen::SanType::IpAddress("10.9.0.2".parse().expect("ip"))]
+        })
+        .expect("a request for the new address");
+    let admin: Api<CertificateSigningRequest> = Api::all(c.admin().await);
+    admin
+        .patch_approval(
+            newest["metadata"]["name"].as_str().expect("name"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"conditions": [{
+                "type": "Approved", "status": "True", "reason": "AdminApproved"}]}})),
+        )
+        .await
+        .expect("approve");
+    tokio::time::timeout(Duration::from_secs(10), issued.changed())
+        .await
+        .expect("issued in time")
+        .expect("open");
+    assert_eq!(
+        serving
+            .info()
+            .expect("info")
+            .ips
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["10.9.0.2".parse::<IpAddr>().expect("ip")]
+    );
+    stop.cancel();
+    task.await.expect("stops");
+}
+
+fn base64_decode(v: &serde_json::Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().expect("base64 string"))
+        .expect("base64")
+}

@@ -275,19 +275,17 @@ impl<S: Signer> ServingCertManager<S> {
                     None => std::future::pending().await,
                 }
             };
+            let node = &self.inner.node;
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = sleep => {}
-                ok = changed(&mut self.addresses, open) => {
-                    open = ok;
-                    continue;
-                }
+                () = template_changed(&mut self.addresses, &mut open, node, template.as_ref()) => continue,
             }
             let Some(template) = template else { continue };
             let result = tokio::select! {
                 () = stop.cancelled() => return,
                 r = self.inner.rotate(&template) => r,
-                () = template_changed(&mut self.addresses, open, &template) => {
+                () = template_changed(&mut self.addresses, &mut open, node, Some(&template)) => {
                     info!("Node addresses changed while waiting for a serving certificate; requesting again");
                     continue;
                 }
@@ -343,28 +341,21 @@ impl<S: Signer> Inner<S> {
     }
 }
 
-/// Waits for an address update; false (and then never again) once the
-/// sender is gone.
-async fn changed(rx: &mut watch::Receiver<Vec<NodeAddress>>, open: bool) -> bool {
-    if !open {
-        std::future::pending::<()>().await;
-    }
-    rx.changed().await.is_ok()
-}
-
-/// Returns once the node's addresses give a template other than `current`.
+/// Returns once the node's addresses give a template other than `current`
+/// (an update that changes nothing the certificate names is ignored);
+/// never, once the sender is gone (`open` turns false).
 async fn template_changed(
     rx: &mut watch::Receiver<Vec<NodeAddress>>,
-    mut open: bool,
-    current: &Template,
+    open: &mut bool,
+    node: &str,
+    current: Option<&Template>,
 ) {
     loop {
-        open = changed(rx, open).await;
-        if !open {
-            continue;
+        if !*open || rx.changed().await.is_err() {
+            *open = false;
+            std::future::pending::<()>().await;
         }
-        let t = Template::from_addresses(&current.node, &rx.borrow_and_update());
-        if t.as_ref() != Some(current) {
+        if Template::from_addresses(node, &rx.borrow_and_update()).as_ref() != current {
             return;
         }
     }
