@@ -3,15 +3,102 @@
 //! requests only when they look exactly like a kubelet client certificate
 //! (upstream `pkg/apis/certificates/helpers.go` `IsKubeletClientCSR`), and the
 //! signer issues the certificate for approved requests.
+//!
+//! `kubernetes.io/kubelet-serving` requests are never auto-approved (as
+//! upstream, which has no approver for them); once approved, the signer
+//! validates them as upstream's `ValidateKubeletServingCSR` does and issues a
+//! server certificate with the requested SANs, or marks them `Failed`.
 
 use base64::Engine;
 use serde_json::{Value, json};
+
+use rcgen::SanType;
 
 use crate::Shared;
 use crate::pki::csr_subject;
 
 /// The kubelet client signer.
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The kubelet serving signer.
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+fn usages(obj: &Value) -> Vec<&str> {
+    let mut u: Vec<&str> = obj
+        .pointer("/spec/usages")
+        .and_then(Value::as_array)
+        .map(|u| u.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    u.sort_unstable();
+    u.dedup();
+    u
+}
+
+/// Why an approved `kubernetes.io/kubelet-serving` CSR cannot be signed, if
+/// it cannot (upstream `ValidateKubeletServingCSR`, run by the signer).
+pub fn kubelet_serving_problem(obj: &Value) -> Option<String> {
+    let Some(pem) = request_pem(obj) else {
+        return Some("spec.request is not a base64 PEM".into());
+    };
+    let subject = match csr_subject(&pem) {
+        Ok(s) => s,
+        Err(e) => return Some(format!("invalid request: {e}")),
+    };
+    if subject.organizations != ["system:nodes"] {
+        return Some("subject organization is not system:nodes".into());
+    }
+    let sans = match rcgen::CertificateSigningRequestParams::from_pem(&pem) {
+        Ok(r) => r.params.subject_alt_names,
+        Err(e) => return Some(format!("invalid request: {e}")),
+    };
+    if !sans
+        .iter()
+        .any(|s| matches!(s, SanType::DnsName(_) | SanType::IpAddress(_)))
+    {
+        return Some("DNS or IP subjectAltName is required".into());
+    }
+    if sans.iter().any(|s| matches!(s, SanType::Rfc822Name(_))) {
+        return Some("Email subjectAltNames are not allowed".into());
+    }
+    if sans.iter().any(|s| matches!(s, SanType::URI(_))) {
+        return Some("URI subjectAltNames are not allowed".into());
+    }
+    let u = usages(obj);
+    if u != ["digital signature", "key encipherment", "server auth"]
+        && u != ["digital signature", "server auth"]
+    {
+        return Some(
+            "usages did not match [digital signature key encipherment server auth]".into(),
+        );
+    }
+    if !subject.common_name.starts_with("system:node:") {
+        return Some("subject common name does not begin with system:node:".into());
+    }
+    None
+}
+
+/// Why a serving CSR was not requested by the node it names, if it was not
+/// (what an approver checks before approving: `spec.username` is the
+/// subject's common name and `spec.groups` has `system:nodes`).
+pub fn kubelet_serving_requester_problem(obj: &Value) -> Option<String> {
+    let cn = request_pem(obj)
+        .and_then(|p| csr_subject(&p).ok())
+        .map(|s| s.common_name)
+        .unwrap_or_default();
+    let user = obj
+        .pointer("/spec/username")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let in_nodes = obj
+        .pointer("/spec/groups")
+        .and_then(Value::as_array)
+        .is_some_and(|g| g.iter().any(|g| g == "system:nodes"));
+    if user != cn || !in_nodes {
+        return Some(format!(
+            "requested by {user:?}, not by the node {cn:?} in system:nodes"
+        ));
+    }
+    None
+}
 
 fn request_pem(obj: &Value) -> Option<String> {
     let b64 = obj.pointer("/spec/request").and_then(Value::as_str)?;
@@ -46,12 +133,7 @@ pub fn kubelet_client_problem(obj: &Value) -> Option<String> {
     if subject.has_sans {
         return Some("subject alternative names are not allowed".into());
     }
-    let mut usages: Vec<&str> = obj
-        .pointer("/spec/usages")
-        .and_then(Value::as_array)
-        .map(|u| u.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    usages.sort_unstable();
+    let usages = usages(obj);
     if usages != ["client auth", "digital signature", "key encipherment"] {
         return Some(format!(
             "usages must be exactly digital signature, key encipherment, client auth; got {usages:?}"
@@ -92,7 +174,7 @@ pub fn auto_approve(shared: &Shared, obj: &mut Value) {
     sign_if_approved(shared, obj);
 }
 
-/// Issues the certificate of an approved kubelet client request.
+/// Issues the certificate of an approved kubelet client or serving request.
 pub fn sign_if_approved(shared: &Shared, obj: &mut Value) {
     let approved = obj
         .pointer("/status/conditions")
@@ -105,15 +187,29 @@ pub fn sign_if_approved(shared: &Shared, obj: &mut Value) {
     if !approved || obj.pointer("/status/certificate").is_some() {
         return;
     }
-    if obj.pointer("/spec/signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+    let signer = obj.pointer("/spec/signerName").and_then(Value::as_str);
+    let serving = signer == Some(KUBELET_SERVING_SIGNER);
+    if signer != Some(KUBELET_CLIENT_SIGNER) && !serving {
         return;
     }
     let Some(pem) = request_pem(obj) else { return };
     let lifetime = *shared.cert_lifetime.read();
-    match shared
-        .ca
-        .sign_client_csr(&pem, lifetime, shared.options.backdate)
-    {
+    let signed = if serving {
+        match kubelet_serving_problem(obj) {
+            Some(problem) => Err(crate::pki::PkiError::Invalid(problem)),
+            None => shared.ca.sign_serving_csr(
+                &pem,
+                usages(obj).contains(&"key encipherment"),
+                lifetime,
+                shared.options.backdate,
+            ),
+        }
+    } else {
+        shared
+            .ca
+            .sign_client_csr(&pem, lifetime, shared.options.backdate)
+    };
+    match signed {
         Ok(cert) => {
             obj["status"]["certificate"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(cert.as_bytes()));

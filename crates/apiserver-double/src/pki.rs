@@ -151,6 +151,28 @@ impl Ca {
     }
 }
 
+impl Ca {
+    /// Signs a PEM CSR as a serving certificate with its requested SANs
+    /// (the `kubernetes.io/kubelet-serving` signer).
+    pub fn sign_serving_csr(
+        &self,
+        csr_pem: &str,
+        key_encipherment: bool,
+        lifetime: Duration,
+        backdate: Duration,
+    ) -> Result<String, PkiError> {
+        let mut req = CertificateSigningRequestParams::from_pem(csr_pem)?;
+        req.params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        if key_encipherment {
+            req.params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        }
+        req.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        req.params.is_ca = IsCa::ExplicitNoCa;
+        backdated(&mut req.params, lifetime, backdate);
+        Ok(req.signed_by(&self.issuer())?.pem())
+    }
+}
+
 /// Subject of a certificate request, for the approver.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RequestSubject {

@@ -60,6 +60,23 @@ pub enum Error {
         /// The `--bootstrap-kubeconfig` path.
         path: PathBuf,
     },
+    /// A certificate or key file does not hold a usable certificate or key.
+    #[error("{}: {source}", path.display())]
+    CertificateFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A certificate and a private key do not belong together.
+    #[error("certificate {} does not match private key {}", cert.display(), key.display())]
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -16,6 +16,8 @@ pub mod clock;
 mod error;
 pub mod events;
 
+pub use certificate::serving::{CertInfo, ServingCert};
+pub use certificate::serving_manager::ServingCertManager;
 pub use client::{
     ClientOptions, DynamicCert, RequestTimeout, from_kubeconfig, from_kubeconfig_with, is_timeout,
 };

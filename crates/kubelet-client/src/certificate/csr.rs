@@ -54,19 +54,34 @@ pub fn digested_name(public_key_der: &[u8], node: &str) -> String {
     format!("node-csr-{digest}")
 }
 
-/// Creates the CSR (named, or with `generateName: csr-`) and waits for its certificate.
+/// Creates the kubelet client CSR (named, or with `generateName: csr-`) and
+/// waits for its certificate.
 pub async fn request_certificate(
     client: &Client,
     csr_pem: &str,
     name: Option<&str>,
     timeout: Duration,
 ) -> Result<Vec<u8>, Error> {
+    request_certificate_for(client, csr_pem, name, SIGNER, &USAGES, timeout).await
+}
+
+/// Creates a CSR for `signer` with `usages` (named, or with
+/// `generateName: csr-`) and waits up to `timeout` for its certificate
+/// (upstream `csr.RequestCertificate` and `csr.WaitForCertificate`).
+pub async fn request_certificate_for(
+    client: &Client,
+    csr_pem: &str,
+    name: Option<&str>,
+    signer: &str,
+    usages: &[&str],
+    timeout: Duration,
+) -> Result<Vec<u8>, Error> {
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let mut obj = CertificateSigningRequest {
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr_pem.as_bytes().to_vec()),
-            signer_name: SIGNER.to_string(),
-            usages: Some(USAGES.iter().map(|u| u.to_string()).collect()),
+            signer_name: signer.to_string(),
+            usages: Some(usages.iter().map(|u| u.to_string()).collect()),
             ..Default::default()
         },
         ..Default::default()
@@ -89,7 +104,7 @@ pub async fn request_certificate(
         Err(e) => return Err(e.into()),
     };
     let csr_name = created.metadata.name.clone().unwrap_or_default();
-    info!(csr = %csr_name, "Waiting for client certificate");
+    info!(csr = %csr_name, signer, "Waiting for certificate");
     tokio::time::timeout(timeout, wait_issued(&api, &csr_name, created))
         .await
         .map_err(|_| Error::CsrTimeout {

@@ -1,6 +1,8 @@
 //! The certificate directory (upstream `certificate.FileStore`): each issued
-//! certificate and its key go to `kubelet-client-<timestamp>.pem`, and the
-//! `kubelet-client-current.pem` symlink is switched to it atomically.
+//! certificate and its key go to `<prefix>-<timestamp>.pem`, and the
+//! `<prefix>-current.pem` symlink is switched to it atomically. The client
+//! certificate uses prefix `kubelet-client`, the serving certificate
+//! `kubelet-server`.
 //!
 //! Writing is blocking file IO: [`store_pair`] does it on tokio's blocking
 //! pool.
@@ -14,9 +16,19 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use crate::Error;
 use crate::error::blocking;
 
+/// File name prefix of client certificates.
+pub const CLIENT_PREFIX: &str = "kubelet-client";
+/// File name prefix of serving certificates.
+pub const SERVER_PREFIX: &str = "kubelet-server";
+
 /// The symlink the kubeconfig points at.
 pub fn current_path(cert_dir: &Path) -> PathBuf {
-    cert_dir.join("kubelet-client-current.pem")
+    current_path_for(cert_dir, CLIENT_PREFIX)
+}
+
+/// The `<prefix>-current.pem` symlink.
+pub fn current_path_for(cert_dir: &Path, prefix: &str) -> PathBuf {
+    cert_dir.join(format!("{prefix}-current.pem"))
 }
 
 /// The private key kept while a bootstrap request is pending.
@@ -40,27 +52,38 @@ pub async fn store_pair(
     cert_pem: &[u8],
     key_pem: &[u8],
 ) -> Result<PathBuf, Error> {
+    store_pair_for(cert_dir, CLIENT_PREFIX, cert_pem, key_pem).await
+}
+
+/// Stores a certificate and key as `<prefix>-<timestamp>.pem` and points
+/// `<prefix>-current.pem` at them; returns that path.
+pub async fn store_pair_for(
+    cert_dir: &Path,
+    prefix: &'static str,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<PathBuf, Error> {
     let cert_dir = cert_dir.to_path_buf();
     let mut pem = cert_pem.to_vec();
     if !pem.ends_with(b"\n") {
         pem.push(b'\n');
     }
     pem.extend_from_slice(key_pem);
-    blocking(move || store_pem(&cert_dir, &pem)).await
+    blocking(move || store_pem(&cert_dir, prefix, &pem)).await
 }
 
-fn store_pem(cert_dir: &Path, pem: &[u8]) -> Result<PathBuf, Error> {
+fn store_pem(cert_dir: &Path, prefix: &str, pem: &[u8]) -> Result<PathBuf, Error> {
     std::fs::create_dir_all(cert_dir).map_err(Error::io(cert_dir))?;
     let stamp = jiff::Zoned::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
-    let mut name = cert_dir.join(format!("kubelet-client-{stamp}.pem"));
+    let mut name = cert_dir.join(format!("{prefix}-{stamp}.pem"));
     let mut n = 1;
     while name.exists() {
-        name = cert_dir.join(format!("kubelet-client-{stamp}-{n}.pem"));
+        name = cert_dir.join(format!("{prefix}-{stamp}-{n}.pem"));
         n += 1;
     }
     write_private(&name, pem)?;
-    let current = current_path(cert_dir);
-    let link = cert_dir.join("kubelet-client-current.pem.updating");
+    let current = current_path_for(cert_dir, prefix);
+    let link = cert_dir.join(format!("{prefix}-current.pem.updating"));
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&name, &link).map_err(Error::io(&link))?;
     std::fs::rename(&link, &current).map_err(Error::io(&current))?;
