@@ -336,3 +336,73 @@ async fn a_joined_node_authenticates_and_authorizes_through_the_apiserver() -> a
     joined.cleanup().await;
     Ok(())
 }
+
+/// `serverTLSBootstrap`: the kubelet asks for a `kubernetes.io/kubelet-serving`
+/// certificate naming its addresses, serves nothing until it is approved,
+/// and serves the issued certificate (trusted through the cluster CA) the
+/// moment it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_tls_bootstrap_serves_the_approved_certificate() -> anyhow::Result<()> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use kube::Api;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let dir = tempfile::tempdir()?;
+    let ca = dir.path().join("cluster-ca.crt");
+    let joined = cluster::Joined::start_with(apiserver_double::Options::default(), |f, api| {
+        std::fs::write(&ca, api.ca_pem()).expect("ca");
+        f.rotate_server_certificates = Some(true);
+    })
+    .await;
+    let node = &joined.node;
+    let csrs: Api<CertificateSigningRequest> = Api::all(joined.admin.clone());
+    let deadline = tokio::time::Instant::now() + T;
+    let csr = loop {
+        let list = csrs.list(&ListParams::default()).await?;
+        if let Some(c) = list.items.into_iter().find(|c| {
+            c.spec.signer_name == "kubernetes.io/kubelet-serving"
+                && c.spec.username.as_deref() == Some(&format!("system:node:{}", node.name))
+        }) {
+            break c;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no serving CSR");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut usages = csr.spec.usages.clone().unwrap_or_default();
+    usages.sort();
+    assert_eq!(usages, vec!["digital signature", "server auth"]);
+    let addr = node.handle().server_addr.ctx("server port")?;
+    let c = NodeApiClient::new(addr, &ca, &node.name, Credentials::None)?;
+    assert!(
+        c.get("/healthz").await.is_err(),
+        "no certificate before approval"
+    );
+
+    let name = csr.metadata.name.clone().ctx("csr name")?;
+    let mut approved = csr.clone();
+    approved.status = Some(serde_json::from_value(serde_json::json!({
+        "conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "approved by the test"}]
+    }))?);
+    csrs.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&approved))
+        .await?;
+    let deadline = tokio::time::Instant::now() + T;
+    let a = loop {
+        // Flags alone: anonymous is allowed, so /healthz answers once TLS works.
+        match c.get("/healthz").await {
+            Ok(a) => break a,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.context("the issued certificate is never served")),
+        }
+    };
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(
+        node.serving_ca()
+            .with_file_name("kubelet-server-current.pem")
+            .exists(),
+        "stored as upstream's file store does"
+    );
+    joined.cleanup().await;
+    Ok(())
+}

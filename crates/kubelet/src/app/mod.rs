@@ -34,11 +34,6 @@ use kubelet_podconfig::file::ManifestErrors;
 use kubelet_podconfig::http::HttpSource;
 use spawn::{notify_ready, spawn_in};
 
-/// The addresses a self-signed serving certificate names: `--node-ip`.
-fn host_ips_for_cert(cfg: &KubeletConfig) -> Vec<std::net::IpAddr> {
-    cfg.node_ips.clone()
-}
-
 /// A configured, not yet running kubelet.
 pub struct App {
     cfg: KubeletConfig,
@@ -134,10 +129,6 @@ impl App {
                     .map_err(|source| AppError::Healthz { addr, source })?,
             )
         };
-        let serving = server::serving_cert(&cfg, &host_ips_for_cert(&cfg)).await?;
-        let node_api =
-            server::NodeApi::build(&cfg, cluster.as_ref().map(|c| c.client.clone()), serving)
-                .await?;
         let http = match &cfg.static_pod_url {
             Some(url) => Some(HttpSource::new(
                 url.clone(),
@@ -153,6 +144,9 @@ impl App {
             tokio::task::spawn_blocking(move || kubelet_node::node_ip::node_ips(&configured))
                 .await
                 .unwrap_or_default();
+        let node_api =
+            server::NodeApi::build(&cfg, cluster.as_ref().map(|c| c.client.clone()), &host_ips)
+                .await?;
         Ok(Self {
             cfg,
             stop,

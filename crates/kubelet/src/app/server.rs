@@ -23,6 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, info_span};
 
+use kubelet_client::certificate::self_signed;
+use kubelet_client::{ServingCert, ServingCertManager};
+
 use super::spawn::spawn_in;
 use crate::host::KubeletHost;
 
@@ -37,6 +40,8 @@ pub(super) struct NodeApi {
     auth: Option<Arc<KubeletAuth>>,
     /// The TLS configuration of the secure port.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// Keeps the serving certificate current.
+    cert_task: Option<CertTask>,
 }
 
 async fn listen(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -55,13 +60,15 @@ impl NodeApi {
     pub(super) async fn build(
         cfg: &KubeletConfig,
         client: Option<kube::Client>,
-        cert: Arc<dyn rustls::server::ResolvesServerCert>,
+        host_ips: &[std::net::IpAddr],
     ) -> Result<Self, AppError> {
         let s = &cfg.server;
         let mut api = Self::bind(s).await?;
         if api.secure.is_none() {
             return Ok(api);
         }
+        let (cert, cert_task) = serving_cert(cfg, client.clone(), host_ips).await?;
+        api.cert_task = Some(cert_task);
         let authn = AuthenticationSettings {
             x509: X509Settings {
                 client_ca_file: s.authentication.client_ca_file.clone(),
@@ -105,6 +112,7 @@ impl NodeApi {
                 read_only: None,
                 auth: None,
                 tls: None,
+                cert_task: None,
             });
         }
         let secure = listen("server", SocketAddr::new(cfg.address, cfg.port)).await?;
@@ -117,6 +125,7 @@ impl NodeApi {
             read_only,
             auth: None,
             tls: None,
+            cert_task: None,
         })
     }
 
@@ -162,6 +171,9 @@ impl NodeApi {
         let (Some(l), Some(tls), Some(auth)) = (self.secure, self.tls, self.auth) else {
             return;
         };
+        if let Some(task) = self.cert_task {
+            spawn_in(tasks, info_span!("serving_cert"), task(stop.child_token()));
+        }
         let s = &w.cfg.server;
         let mut router = kubelet_server::server::auth_not_required(host.clone(), checks);
         if s.enable_debugging_handlers {
@@ -203,50 +215,64 @@ impl kubelet_server::server::VerbositySetter for LogVerbosity {
     }
 }
 
-/// The serving certificate: `tlsCertFile`/`tlsPrivateKeyFile` when given,
-/// else a self-signed one for the node's name and addresses.
+/// A task that keeps the serving certificate current (file reloads or CSR
+/// rotation), started with the rest of the kubelet.
+pub(super) type CertTask =
+    Box<dyn FnOnce(CancellationToken) -> futures::future::BoxFuture<'static, ()> + Send>;
+
+/// The serving certificate, as upstream `InitializeTLS` and `NewMainKubelet`
+/// choose it: with `serverTLSBootstrap` (and an apiserver), a
+/// `kubernetes.io/kubelet-serving` certificate from a CSR, rotated, with
+/// `tlsCertFile` as the fallback until one is issued; else
+/// `tlsCertFile`/`tlsPrivateKeyFile`; else a self-signed pair in the cert
+/// directory. Files are re-read when they change.
 pub(super) async fn serving_cert(
     cfg: &KubeletConfig,
-    ips: &[std::net::IpAddr],
-) -> Result<Arc<dyn rustls::server::ResolvesServerCert>, AppError> {
+    client: Option<kube::Client>,
+    host_ips: &[std::net::IpAddr],
+) -> Result<(Arc<ServingCert>, CertTask), AppError> {
     let s = &cfg.server;
-    let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
-        (Some(c), Some(k)) => (
-            tokio::fs::read(c).await.map_err(|e| tls_file(c, e))?,
-            tokio::fs::read(k).await.map_err(|e| tls_file(k, e))?,
-        ),
-        _ => {
-            let mut params = rcgen::CertificateParams::new(vec![cfg.node_name.clone()])
-                .map_err(|e| kubelet_server::tls::TlsError::Certificate(e.to_string()))?;
-            params
-                .subject_alt_names
-                .extend(ips.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
-            let key = rcgen::KeyPair::generate()
-                .map_err(|e| kubelet_server::tls::TlsError::Certificate(e.to_string()))?;
-            let cert = params
-                .self_signed(&key)
-                .map_err(|e| kubelet_server::tls::TlsError::Certificate(e.to_string()))?;
-            let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
-            let dir = cfg.cert_dir.clone();
-            tokio::fs::create_dir_all(&dir)
-                .await
-                .map_err(|e| tls_file(&dir, e))?;
-            let crt = dir.join("kubelet.crt");
-            tokio::fs::write(&crt, &cert_pem)
-                .await
-                .map_err(|e| tls_file(&crt, e))?;
-            (cert_pem.into_bytes(), key_pem.into_bytes())
+    let files = match (&s.tls_cert_file, &s.tls_private_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        _ => None,
+    };
+    if s.server_tls_bootstrap
+        && let Some(client) = client
+    {
+        let addresses = kubelet_node::nodestatus::setters::addresses(host_ips, &cfg.node_name);
+        let (_tx, rx) = tokio::sync::watch::channel(addresses);
+        let mut m =
+            ServingCertManager::new(client, cfg.cert_dir.clone(), cfg.node_name.clone(), rx);
+        if let Some((c, k)) = files {
+            m = m.with_fallback_files(c, k);
+        }
+        m.load_stored().await;
+        let cert = m.cert();
+        let task: CertTask = Box::new(move |stop| {
+            Box::pin(async move {
+                // The addresses are fixed for the kubelet's life today; the
+                // sender lives as long as the manager.
+                let _tx = _tx;
+                m.run(stop).await;
+            })
+        });
+        return Ok((cert, task));
+    }
+    let (cert, (cert_file, key_file)) = match files {
+        Some((c, k)) => (ServingCert::from_files(&c, &k).await?, (c, k)),
+        None => {
+            // Upstream names the hostname alone in the self-signed pair.
+            let dir = &cfg.cert_dir;
+            let cert = self_signed::load_or_generate(dir, &cfg.node_name, &[], &[]).await?;
+            (
+                cert,
+                (self_signed::cert_path(dir), self_signed::key_path(dir)),
+            )
         }
     };
-    let key = kubelet_server::tls::certified_key_from_pem(&cert, &key)?;
-    Ok(Arc::new(kubelet_server::tls::SwappableCert::new(Arc::new(
-        key,
-    ))))
-}
-
-fn tls_file(path: &std::path::Path, e: std::io::Error) -> AppError {
-    AppError::Tls(kubelet_server::tls::TlsError::Certificate(format!(
-        "{}: {e}",
-        path.display()
-    )))
+    let reload = cert.clone();
+    let task: CertTask = Box::new(move |stop| {
+        Box::pin(async move { reload.reload_files(cert_file, key_file, stop).await })
+    });
+    Ok((cert, task))
 }
