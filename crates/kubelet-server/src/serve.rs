@@ -34,6 +34,48 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct PeerCertificates(pub Arc<[CertificateDer<'static>]>);
 
+/// Long-lived work a request leaves behind (an upgraded exec, attach or
+/// port-forward session): spawned on the server's task tracker, in the
+/// request's span, and ended when the server stops. Every request served by
+/// [`serve_tls`] or [`serve_plain`] carries one in its extensions.
+#[derive(Clone, Debug)]
+pub struct Sessions {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Sessions {
+    /// Sessions on `tracker`, ended by `stop`.
+    pub fn new(tracker: TaskTracker, stop: CancellationToken) -> Self {
+        Self { tracker, stop }
+    }
+
+    /// The sessions of the request with `extensions`; a router served
+    /// elsewhere (tests) gets a tracker of its own that is never stopped.
+    pub fn of(extensions: &http::Extensions) -> Self {
+        extensions.get::<Self>().cloned().unwrap_or_else(|| Self {
+            tracker: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// Runs `fut` until it ends or the server stops.
+    pub fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = self.stop.clone();
+        let fut = async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = fut => {}
+            }
+        };
+        self.tracker
+            .spawn(tracing::Instrument::in_current_span(fut));
+    }
+}
+
 /// Serves `router` over TLS on `listener` until `stop` fires; each
 /// connection runs on `tracker`.
 pub async fn serve_tls(
@@ -44,10 +86,12 @@ pub async fn serve_tls(
     tracker: TaskTracker,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let sessions = Sessions::new(tracker.clone(), stop.clone());
     accept_loop(listener, stop.clone(), |tcp, peer| {
         let acceptor = acceptor.clone();
         let router = router.clone();
         let stop = stop.clone();
+        let sessions = sessions.clone();
         tracker.spawn(async move {
             let handshake = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -69,7 +113,7 @@ pub async fn serve_tls(
                 .1
                 .peer_certificates()
                 .map(|c| PeerCertificates(c.iter().map(|c| c.clone().into_owned()).collect()));
-            connection(tls, router, certs, stop).await;
+            connection(tls, router, certs, sessions, stop).await;
         });
     })
     .await;
@@ -83,10 +127,11 @@ pub async fn serve_plain(
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let sessions = Sessions::new(tracker.clone(), stop.clone());
     accept_loop(listener, stop.clone(), |tcp, _| {
         let router = router.clone();
         let stop = stop.clone();
-        tracker.spawn(connection(tcp, router, None, stop));
+        tracker.spawn(connection(tcp, router, None, sessions.clone(), stop));
     })
     .await;
 }
@@ -122,6 +167,7 @@ async fn connection<S>(
     io: S,
     router: Router,
     certs: Option<PeerCertificates>,
+    sessions: Sessions,
     stop: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -130,6 +176,7 @@ async fn connection<S>(
         if let Some(c) = &certs {
             req.extensions_mut().insert(c.clone());
         }
+        req.extensions_mut().insert(sessions.clone());
         let router = router.clone();
         async move {
             let resp = match router.oneshot(req).await {

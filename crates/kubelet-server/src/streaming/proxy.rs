@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use super::{StreamError, text_error};
+use crate::serve::Sessions;
 
 /// Deadline to connect to the runtime's streaming server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,6 +43,7 @@ pub async fn open_upgrade(
     method: Method,
     url: &Uri,
     mut headers: HeaderMap,
+    sessions: &Sessions,
 ) -> Result<http::Response<Incoming>, StreamError> {
     if url.scheme_str() != Some("http") {
         return Err(StreamError::Url(url.to_string()));
@@ -61,7 +63,7 @@ pub async fn open_upgrade(
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(StreamError::Http)?;
-    tokio::spawn(async move {
+    sessions.spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             debug!(error = %e, "runtime streaming connection ended");
         }
@@ -122,7 +124,8 @@ pub async fn transparent(mut parts: Parts, url: Uri) -> Response {
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
     let headers = forwarded_headers(&parts.headers, peer);
-    let mut resp = match open_upgrade(parts.method.clone(), &url, headers).await {
+    let sessions = Sessions::of(&parts.extensions);
+    let mut resp = match open_upgrade(parts.method.clone(), &url, headers, &sessions).await {
         Ok(r) => r,
         Err(e) => return proxy_error(&e),
     };
@@ -133,7 +136,7 @@ pub async fn transparent(mut parts: Parts, url: Uri) -> Response {
         return proxy_error(&StreamError::NoUpgrade);
     };
     let backend = hyper::upgrade::on(&mut resp);
-    tokio::spawn(async move {
+    sessions.spawn(async move {
         match tokio::try_join!(client, backend) {
             Ok((client, backend)) => splice(client, backend).await,
             Err(e) => debug!(error = %e, "stream upgrade failed"),

@@ -21,6 +21,8 @@ use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, split};
 use tokio_tungstenite::WebSocketStream;
+
+use crate::serve::Sessions;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -65,7 +67,7 @@ where
     if let Ok(v) = HeaderValue::from_str(protocol) {
         headers.insert(SEC_WEBSOCKET_PROTOCOL, v);
     }
-    tokio::spawn(async move {
+    Sessions::of(&parts.extensions).spawn(async move {
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
@@ -94,7 +96,14 @@ pub async fn port_forward_tunnel(mut parts: Parts, url: Uri, offered: Vec<String
             headers.append(STREAM_PROTOCOL_HEADER, v);
         }
     }
-    let mut resp = match open_upgrade(parts.method.clone(), &url, headers).await {
+    let mut resp = match open_upgrade(
+        parts.method.clone(),
+        &url,
+        headers,
+        &Sessions::of(&parts.extensions),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => return proxy_error(&e),
     };
