@@ -14,6 +14,7 @@ mod error;
 mod expansion;
 pub mod images;
 pub mod labels;
+pub mod logs;
 mod manager;
 pub mod pleg;
 pub mod pod_status;
