@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod healthz;
+pub mod logs;
 pub mod serve;
 pub mod server;
 pub mod streaming;

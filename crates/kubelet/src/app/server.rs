@@ -188,7 +188,8 @@ impl NodeApi {
                     configz: kubelet_config::configz::configz(w.cfg),
                     verbosity,
                 }))
-                .merge(kubelet_server::streaming::routes(w.host.clone()));
+                .merge(kubelet_server::streaming::routes(w.host.clone()))
+                .merge(kubelet_server::logs::routes(w.host.clone()));
         } else {
             router = router.merge(kubelet_server::server::debugging_disabled());
         }

@@ -14,6 +14,7 @@ use kubelet_runtime::pleg::PodCache;
 use kubelet_server::ServerError;
 use tokio::time::Instant;
 
+mod logs;
 mod running;
 mod streaming;
 
