@@ -5,6 +5,7 @@
 //! depends on no agent code and is tested against a fake host.
 
 pub mod healthz;
+pub mod metrics;
 
 use std::sync::Arc;
 use std::time::Duration;
