@@ -13,6 +13,7 @@ mod container;
 mod error;
 mod expansion;
 pub mod images;
+pub mod instrumented;
 pub mod labels;
 mod manager;
 pub mod pleg;
