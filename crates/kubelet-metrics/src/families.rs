@@ -228,12 +228,18 @@ struct Builder {
 }
 
 impl Builder {
+    /// Registers an ALPHA component-base metric: upstream's help carries the
+    /// `[ALPHA] ` prefix component-base adds.
+    fn add<M: Metric + Clone>(&mut self, name: &'static str, help: &'static str, m: &M) -> M {
+        self.register(name, format!("[ALPHA] {help}"), m)
+    }
+
     /// Registers `metric` so that it is exposed as `name` with `help`.
     /// Counters are registered without `_total` (the library appends it
     /// to samples); the renderer puts the exposed name back on HELP/TYPE.
-    fn add<M: Metric + Clone>(&mut self, name: &'static str, help: &'static str, m: &M) -> M {
+    fn register<M: Metric + Clone>(&mut self, name: &'static str, help: String, m: &M) -> M {
         let registered = name.strip_suffix("_total").unwrap_or(name);
-        self.registry.register(registered, help, m.clone());
+        self.registry.register(registered, help.clone(), m.clone());
         self.descriptors
             .insert(registered.to_string(), Descriptor { name, help });
         m.clone()
@@ -337,26 +343,26 @@ impl KubeletMetrics {
             "Cumulative number of errors when starting containers",
             &Family::default(),
         );
-        let start_phase = b.add(
+        let start_phase = b.register(
             "kubelet_pod_start_phase_duration_seconds",
             "kubelet-rs addition (not in upstream): duration in seconds of each step of a pod's startup. \
              Broken down by phase: sandbox, image_pull, container_create, container_start, \
-             first_ready (from the kubelet first seeing the pod to the pod Ready)",
+             first_ready (from the kubelet first seeing the pod to the pod Ready)".into(),
             &hf(start_phase_histogram),
         );
-        let http_requests = b.add(
+        let http_requests = b.register(
             "kubelet_http_requests_total",
-            "Number of the http requests received since the server started",
+            "Number of the http requests received since the server started".into(),
             &Family::default(),
         );
-        let http_duration = b.add(
+        let http_duration = b.register(
             "kubelet_http_requests_duration_seconds",
-            "Duration in seconds to serve http requests",
+            "Duration in seconds to serve http requests".into(),
             &hf(def_histogram),
         );
-        let http_inflight = b.add(
+        let http_inflight = b.register(
             "kubelet_http_inflight_requests",
-            "Number of the inflight http requests",
+            "Number of the inflight http requests".into(),
             &Family::default(),
         );
         let rest_client_requests = b.add(

@@ -24,8 +24,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) struct Descriptor {
     /// The upstream name (with `_total` for counters that have it).
     pub(crate) name: &'static str,
-    /// The upstream help text, verbatim.
-    pub(crate) help: &'static str,
+    /// The upstream help text, verbatim (with component-base's stability prefix).
+    pub(crate) help: String,
 }
 
 impl KubeletMetrics {

@@ -148,13 +148,15 @@ fn help_is_upstream_verbatim_and_counters_keep_their_upstream_names() {
     record_everything(&m);
     let text = m.render();
     assert!(text.contains(
-        "# HELP kubelet_started_pods_total Cumulative number of pods started\n# TYPE kubelet_started_pods_total counter\nkubelet_started_pods_total 1\n"
+        "# HELP kubelet_started_pods_total [ALPHA] Cumulative number of pods started\n# TYPE kubelet_started_pods_total counter\nkubelet_started_pods_total 1\n"
     ), "{text}");
     assert!(
         text.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1\n"),
         "{text}"
     );
     assert!(!text.contains("_total_total"), "{text}");
+    // client_golang metrics of the server carry no stability prefix.
+    assert!(text.contains("# HELP kubelet_http_requests_total Number of the http requests received since the server started\n"), "{text}");
     assert!(
         text.contains("kubelet_node_name{node=\"node-a\"} 1\n"),
         "{text}"
