@@ -32,6 +32,40 @@ const START_PHASE_BUCKETS: [f64; 16] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0,
 ];
 
+/// Upstream `imagePullDurationBuckets`.
+const IMAGE_PULL_BUCKETS: [f64; 18] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0,
+    1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// Upstream `imageSizeBuckets`: (lower bound in MiB, label).
+const IMAGE_SIZE_BUCKETS: [(u64, &str); 12] = [
+    (0, "0-10MB"),
+    (10, "10MB-100MB"),
+    (100, "100MB-500MB"),
+    (500, "500MB-1GB"),
+    (1024, "1GB-5GB"),
+    (5 * 1024, "5GB-10GB"),
+    (10 * 1024, "10GB-20GB"),
+    (20 * 1024, "20GB-30GB"),
+    (30 * 1024, "30GB-40GB"),
+    (40 * 1024, "40GB-60GB"),
+    (60 * 1024, "60GB-100GB"),
+    (100 * 1024, "GT100GB"),
+];
+
+/// Upstream `GetImageSizeBucket`: `N/A` for an unknown (zero) size.
+pub fn image_size_bucket(size_in_bytes: u64) -> &'static str {
+    if size_in_bytes == 0 {
+        return "N/A";
+    }
+    IMAGE_SIZE_BUCKETS
+        .iter()
+        .rev()
+        .find(|(mib, _)| size_in_bytes > mib * 1024 * 1024)
+        .map_or("", |(_, label)| label)
+}
+
 /// client-go's `rest_client_request_duration_seconds` buckets.
 const REST_CLIENT_BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
@@ -125,6 +159,11 @@ struct ContainerErrorLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ImageSizeLabel {
+    image_size_in_bytes: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabel {
     phase: &'static str,
 }
@@ -175,6 +214,9 @@ fn runtime_op_histogram() -> Histogram {
 fn start_phase_histogram() -> Histogram {
     Histogram::new(START_PHASE_BUCKETS)
 }
+fn image_pull_histogram() -> Histogram {
+    Histogram::new(IMAGE_PULL_BUCKETS)
+}
 fn rest_client_histogram() -> Histogram {
     Histogram::new(REST_CLIENT_BUCKETS)
 }
@@ -203,6 +245,7 @@ pub struct KubeletMetrics {
     started_containers: Family<ContainerTypeLabel, Counter>,
     started_containers_errors: Family<ContainerErrorLabel, Counter>,
     start_phase: HistogramFamily<PhaseLabel>,
+    image_pull_duration: HistogramFamily<ImageSizeLabel>,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: HistogramFamily<HttpLabels>,
     http_inflight: Family<HttpLabels, Gauge>,
@@ -350,6 +393,11 @@ impl KubeletMetrics {
              first_ready (from the kubelet first seeing the pod to the pod Ready)".into(),
             &hf(start_phase_histogram),
         );
+        let image_pull_duration = b.add(
+            "kubelet_image_pull_duration_seconds",
+            "Duration in seconds to pull an image.",
+            &hf(image_pull_histogram),
+        );
         let http_requests = b.register(
             "kubelet_http_requests_total",
             "Number of the http requests received since the server started".into(),
@@ -397,6 +445,7 @@ impl KubeletMetrics {
             started_containers,
             started_containers_errors,
             start_phase,
+            image_pull_duration,
             http_requests,
             http_duration,
             http_inflight,
@@ -534,6 +583,16 @@ impl KubeletMetrics {
         self.start_phase
             .get_or_create(&PhaseLabel {
                 phase: phase.as_str(),
+            })
+            .observe(seconds(d));
+    }
+
+    /// A successful image pull of `size_in_bytes` (0 when unknown) took `d`,
+    /// waiting for its turn included (`kubelet_image_pull_duration_seconds`).
+    pub fn observe_image_pull(&self, size_in_bytes: u64, d: Duration) {
+        self.image_pull_duration
+            .get_or_create(&ImageSizeLabel {
+                image_size_in_bytes: image_size_bucket(size_in_bytes),
             })
             .observe(seconds(d));
     }

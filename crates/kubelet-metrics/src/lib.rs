@@ -15,7 +15,8 @@ mod render;
 use std::time::Duration;
 
 pub use families::{
-    HttpLabels, KubeletMetrics, RestClientLabels, StartPhase, container_type, pod_worker_operation,
+    HttpLabels, KubeletMetrics, RestClientLabels, StartPhase, container_type, image_size_bucket,
+    pod_worker_operation,
 };
 pub use render::CONTENT_TYPE;
 

@@ -17,6 +17,7 @@ fn record_everything(m: &KubeletMetrics) {
     m.record_started_pod(false);
     m.record_started_container(container_type::CONTAINER, Some("CreateContainerError"));
     m.observe_start_phase(StartPhase::ImagePull, d);
+    m.observe_image_pull(50 * 1024 * 1024, Duration::from_secs(3));
     let l = HttpLabels {
         method: "GET",
         path: "pods",
@@ -86,6 +87,11 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
         "kubelet_pod_start_phase_duration_seconds",
         "histogram",
         &["phase"],
+    ),
+    (
+        "kubelet_image_pull_duration_seconds",
+        "histogram",
+        &["image_size_in_bytes"],
     ),
     (
         "kubelet_http_requests_total",
@@ -199,4 +205,15 @@ fn the_parser_rejects_openmetrics_counters_and_eof() {
     assert!(parse(om).is_err());
     assert!(parse("# TYPE c counter\nc 1\n# EOF\n").is_err());
     assert!(parse("# TYPE c counter\nc{a=\"q\\\"x\"} 1\n").is_ok());
+}
+
+#[test]
+fn image_sizes_bucket_as_upstream() {
+    use crate::image_size_bucket;
+    assert_eq!(image_size_bucket(0), "N/A");
+    assert_eq!(image_size_bucket(1), "0-10MB");
+    assert_eq!(image_size_bucket(10 * 1024 * 1024), "0-10MB");
+    assert_eq!(image_size_bucket(10 * 1024 * 1024 + 1), "10MB-100MB");
+    assert_eq!(image_size_bucket(3 << 30), "1GB-5GB");
+    assert_eq!(image_size_bucket(200 << 30), "GT100GB");
 }

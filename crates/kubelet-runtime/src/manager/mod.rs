@@ -122,8 +122,9 @@ impl KubeRuntimeManager {
         }
     }
 
-    /// Records started pods and containers and the startup breakdown in `metrics`.
+    /// Records started pods and containers, image pulls and the startup breakdown in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.images.metrics = Some(metrics.clone());
         self.metrics = Some(metrics);
         self
     }

@@ -30,6 +30,10 @@ async fn a_pod_start_counts_the_pod_and_its_container_and_times_each_step() {
         Some(1.0)
     );
     assert!(!f.contains_key("kubelet_started_containers_errors_total"));
+    let pulls = value(&f["kubelet_image_pull_duration_seconds"], |s| {
+        s.name.ends_with("_count") && s.label("image_size_in_bytes") == Some("0-10MB")
+    });
+    assert_eq!(pulls, Some(1.0), "the fake's images are 1 byte");
     let phases = &f["kubelet_pod_start_phase_duration_seconds"];
     for phase in [
         "sandbox",
