@@ -80,6 +80,20 @@ impl StartRecorder {
     }
 }
 
+/// The span a pod's worker runs in, with the startup breakdown fields the
+/// pod sync fills ([`record_timings`], first readiness).
+pub(crate) fn pod_worker_span(p: &Pod) -> tracing::Span {
+    tracing::info_span!(
+        "pod_worker",
+        pod = %pod::describe(p),
+        start.sandbox_seconds = tracing::field::Empty,
+        start.image_pull_seconds = tracing::field::Empty,
+        start.container_create_seconds = tracing::field::Empty,
+        start.container_start_seconds = tracing::field::Empty,
+        start.first_ready_seconds = tracing::field::Empty,
+    )
+}
+
 /// Records the steps a sync took on the current (pod worker) span.
 pub(crate) fn record_timings(t: &StartTimings) {
     let span = tracing::Span::current();
@@ -181,6 +195,65 @@ mod tests {
         r.forget("u1");
         r.observe_at(&p, None, &status("Running", true), at(6));
         assert_eq!(count(&m, phases, Some("first_ready")), Some((2.0, 11.0)));
+    }
+
+    type Fields = Arc<Mutex<Vec<(String, f64)>>>;
+
+    /// Collects the f64 fields recorded on spans after their creation.
+    struct Visitor(Fields);
+
+    impl tracing::field::Visit for Visitor {
+        fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+            self.0.lock().push((field.name().to_string(), value));
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    /// A layer collecting what is recorded on spans after their creation.
+    struct Collector(Fields);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Collector {
+        fn on_record(
+            &self,
+            _: &tracing::span::Id,
+            values: &tracing::span::Record<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            values.record(&mut Visitor(self.0.clone()));
+        }
+    }
+
+    #[test]
+    fn the_breakdown_is_recorded_on_the_pod_worker_span() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let fields = Fields::default();
+        let subscriber = tracing_subscriber::registry().with(Collector(fields.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let p = pod_seen("2026-01-01T00:00:00Z");
+            let span = pod_worker_span(&p);
+            let _in = span.enter();
+            record_timings(&StartTimings {
+                sandbox: Some(Duration::from_millis(1500)),
+                image_pull: Duration::from_secs(4),
+                container_create: Duration::ZERO,
+                container_start: Duration::from_millis(250),
+            });
+            let r = StartRecorder::new(Arc::new(KubeletMetrics::new()));
+            let at = jiff::Timestamp::from_second(1_767_225_600 + 7).unwrap();
+            r.observe_at(&p, None, &status("Running", true), at);
+        });
+        let mut got = fields.lock().clone();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            got,
+            vec![
+                ("start.container_start_seconds".to_string(), 0.25),
+                ("start.first_ready_seconds".to_string(), 7.0),
+                ("start.image_pull_seconds".to_string(), 4.0),
+                ("start.sandbox_seconds".to_string(), 1.5),
+            ],
+            "a step this sync did not take is left empty"
+        );
     }
 
     #[test]

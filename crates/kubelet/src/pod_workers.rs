@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::error::Error;
 
@@ -291,16 +291,7 @@ impl PodWorkers for AsyncPodWorkers {
             removed: Mutex::new(false),
         });
         slot.wake.notify_one();
-        // The startup breakdown fields are filled by the pod sync (`pod_sync::record_start_timings`).
-        let span = info_span!(
-            "pod_worker",
-            pod = %pod::describe(&work.pod),
-            start.sandbox_seconds = tracing::field::Empty,
-            start.image_pull_seconds = tracing::field::Empty,
-            start.container_create_seconds = tracing::field::Empty,
-            start.container_start_seconds = tracing::field::Empty,
-            start.first_ready_seconds = tracing::field::Empty,
-        );
+        let span = crate::pod_start::pod_worker_span(&work.pod);
         self.tasks.spawn(
             run_worker(
                 slot.clone(),
