@@ -31,12 +31,24 @@ impl<T: ?Sized> Instrumented<T> {
         operation: &'static str,
         call: impl Future<Output = Result<R>>,
     ) -> Result<R> {
-        let start = Instant::now();
-        let out = call.await;
-        self.metrics
-            .record_runtime_operation(operation, start.elapsed(), out.is_err());
-        out
+        record(&self.metrics, operation, call).await
     }
+}
+
+/// Counts and times one runtime call made outside the traits (the
+/// streaming and stats calls the server makes on `cri::RemoteRuntime`),
+/// under upstream's `operation_type`: `exec`, `attach`, `port_forward`,
+/// `container_stats`, `list_container_stats`, `list_podsandbox_stats`,
+/// `image_fs_info`.
+pub async fn record<R>(
+    metrics: &KubeletMetrics,
+    operation: &'static str,
+    call: impl Future<Output = Result<R>>,
+) -> Result<R> {
+    let start = Instant::now();
+    let out = call.await;
+    metrics.record_runtime_operation(operation, start.elapsed(), out.is_err());
+    out
 }
 
 #[async_trait::async_trait]
