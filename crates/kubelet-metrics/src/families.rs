@@ -499,19 +499,19 @@ impl KubeletMetrics {
             .observe(seconds(d));
     }
 
-    /// One PLEG relist took `duration`; `interval` since the previous relist
-    /// started, if any; `now_unix` is the wall clock in seconds (`kubelet_pleg_last_seen_seconds`).
-    pub fn observe_pleg_relist(
-        &self,
-        duration: Duration,
-        interval: Option<Duration>,
-        now_unix: f64,
-    ) {
+    /// One PLEG relist took `duration`; `interval` since the previous
+    /// successful relist started, if this one succeeded and one came before.
+    pub fn observe_pleg_relist(&self, duration: Duration, interval: Option<Duration>) {
         self.pleg_relist_duration.observe(seconds(duration));
         if let Some(i) = interval {
             self.pleg_relist_interval.observe(seconds(i));
         }
-        self.pleg_last_seen.set(now_unix);
+    }
+
+    /// `kubelet_pleg_last_seen_seconds`: when the PLEG last relisted
+    /// successfully, in seconds since the Unix epoch.
+    pub fn set_pleg_last_seen(&self, unix_seconds: f64) {
+        self.pleg_last_seen.set(unix_seconds);
     }
 
     /// One CRI call (`operation_type` as upstream's instrumented services name it).

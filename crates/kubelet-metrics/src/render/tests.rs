@@ -9,7 +9,8 @@ fn record_everything(m: &KubeletMetrics) {
     m.set_running(3, &[("running", 4), ("exited", 1)]);
     m.observe_pod_start(Duration::from_secs(2));
     m.observe_pod_worker("sync", d);
-    m.observe_pleg_relist(d, Some(Duration::from_secs(1)), 1_700_000_000.0);
+    m.observe_pleg_relist(d, Some(Duration::from_secs(1)));
+    m.set_pleg_last_seen(1_700_000_000.0);
     m.record_runtime_operation("list_podsandbox", d, false);
     m.record_runtime_operation("create_container", d, true);
     m.record_run_pod_sandbox("", d, false);

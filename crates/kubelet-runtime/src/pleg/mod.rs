@@ -211,16 +211,18 @@ impl GenericPleg {
         let listed = self.list().await;
         if let Some(m) = self.metrics.get() {
             // Upstream observes the duration of every relist, failed ones too.
-            let wall = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
             let interval = listed.as_ref().ok().and_then(|_| {
                 let prev = self.last_relist_start.lock().replace(timestamp);
-                prev.map(|p| timestamp.saturating_duration_since(p))
+                // As upstream: from the previous relist's start to the end of this listing.
+                prev.map(|p| p.elapsed())
             });
-            m.observe_pleg_relist(timestamp.elapsed(), interval, wall);
+            m.observe_pleg_relist(timestamp.elapsed(), interval);
             if let Ok((sandboxes, containers)) = &listed {
                 metrics::record_running(m, sandboxes, containers);
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                m.set_pleg_last_seen(wall);
             }
         }
         let (sandboxes, containers) = listed?;
