@@ -23,6 +23,7 @@ pub struct ImageManager {
     backoff: Backoff,
     serialize: tokio::sync::Mutex<()>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
 }
 
 fn err(reason: &'static str, message: String) -> Error {
@@ -50,6 +51,7 @@ impl ImageManager {
             backoff: Backoff::default(),
             serialize: tokio::sync::Mutex::new(()),
             shutdown: CancellationToken::new(),
+            metrics: None,
         }
     }
 
@@ -139,6 +141,8 @@ impl ImageManager {
         let obj = pod_ref(p, Some(&c.name));
         let event =
             |kind, reason: &str, message: String| self.recorder.event(&obj, kind, reason, message);
+        // Upstream's pull duration counts the wait in the puller's queue.
+        let queued = tokio::time::Instant::now();
         let _turn = self.serialize.lock().await;
         // Another pod may have pulled it while this one waited its turn.
         if policy != "Always"
@@ -165,6 +169,14 @@ impl ImageManager {
                         started.elapsed()
                     ),
                 );
+                if let Some(m) = &self.metrics {
+                    // Upstream reads the size back from the runtime too (`GetImageSize`).
+                    let size = match self.images.image_status(image).await {
+                        Ok(Some(img)) => img.size,
+                        _ => 0,
+                    };
+                    m.observe_image_pull(size, queued.elapsed());
+                }
                 Ok(image_ref)
             }
             Err(e) => {

@@ -13,6 +13,7 @@ mod container;
 mod error;
 mod expansion;
 pub mod images;
+pub mod instrumented;
 pub mod labels;
 pub mod logs;
 mod manager;
@@ -27,7 +28,7 @@ mod termination;
 pub use kubelet_types::quantity;
 
 pub use error::{Error, Result, RetryClass};
-pub use manager::{KubeRuntimeManager, SyncResult};
+pub use manager::{KubeRuntimeManager, StartTimings, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
 pub use runtime_config::RuntimeConfig;
 pub use sandbox::qos_class as sandbox_qos_class;

@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod healthz;
 pub mod logs;
+pub mod metrics;
 pub mod serve;
 pub mod server;
 pub mod streaming;

@@ -134,28 +134,33 @@ fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Decodes the query as upstream's parameter codec does; `Err(())` is
-/// "Unable to decode query.".
-pub fn decode_query(query: Option<&str>) -> Result<PodLogOptions, ()> {
+/// A query upstream's parameter codec cannot decode.
+#[derive(Debug, thiserror::Error)]
+#[error("Unable to decode query.")]
+pub struct QueryError;
+
+/// Decodes the query as upstream's parameter codec does.
+pub fn decode_query(query: Option<&str>) -> Result<PodLogOptions, QueryError> {
+    let e = |_| QueryError;
     let one = |name: &str| query_values(query, name).into_iter().next();
     let flag = |name: &str| match one(name) {
         None => Ok(false),
         Some(v) if v.is_empty() => Ok(false),
-        Some(v) => parse_bool(&v).ok_or(()),
+        Some(v) => parse_bool(&v).ok_or(QueryError),
     };
     let int = |name: &str| match one(name) {
         None => Ok(None),
-        Some(v) => v.parse::<i64>().map(Some).map_err(|_| ()),
+        Some(v) => v.parse::<i64>().map(Some).map_err(e),
     };
     // Backwards compatibility: `tail`, where "all" means no limit.
     let tail_lines = match one("tail") {
         Some(t) if t == "all" => None,
-        Some(t) if !t.is_empty() => Some(t.parse::<i64>().map_err(|_| ())?),
+        Some(t) if !t.is_empty() => Some(t.parse::<i64>().map_err(e)?),
         _ => int("tailLines")?,
     };
     let since_time = match one("sinceTime") {
         None => None,
-        Some(v) => Some(v.parse::<jiff::Timestamp>().map_err(|_| ())?),
+        Some(v) => Some(v.parse::<jiff::Timestamp>().map_err(|_| QueryError)?),
     };
     Ok(PodLogOptions {
         follow: flag("follow")?,

@@ -19,6 +19,7 @@ pub mod host;
 mod lifecycle;
 pub mod mirror;
 pub mod pod_manager;
+mod pod_start;
 pub mod pod_sync;
 pub mod pod_workers;
 pub mod runtime_state;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kubelet_metrics::KubeletMetrics;
 use kubelet_runtime::KubeRuntimeManager;
 use kubelet_runtime::pleg::PodCache;
 use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
@@ -18,6 +19,7 @@ use tracing::info;
 use crate::active_deadline;
 use crate::error::Error;
 use crate::pod_manager::PodManager;
+use crate::pod_start::{self, StartRecorder};
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
@@ -35,6 +37,7 @@ pub struct RuntimePodSyncer {
     /// When each pod's last sync ended (upstream `lastSyncTime`).
     last_sync: Mutex<HashMap<String, Instant>>,
     created: Instant,
+    start: Option<StartRecorder>,
 }
 
 impl RuntimePodSyncer {
@@ -56,7 +59,14 @@ impl RuntimePodSyncer {
             cache: None,
             last_sync: Mutex::new(HashMap::new()),
             created: Instant::now(),
+            start: None,
         }
+    }
+
+    /// Observes pod startup latency and the startup breakdown in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.start = Some(StartRecorder::new(metrics));
+        self
     }
 
     /// Records pod events (FailedSync) to `recorder`.
@@ -142,11 +152,15 @@ impl RuntimePodSyncer {
         if let Some(start) = self.previous_status(p).and_then(|s| s.start_time) {
             api.start_time = Some(start);
         }
-        if let Some(old) = self.status.get_pod_status(uid)
-            && let Err(e) = check_container_state_transition(&old, &api, pod::restart_policy(p))
+        let old = self.status.get_pod_status(uid);
+        if let Some(old) = &old
+            && let Err(e) = check_container_state_transition(old, &api, pod::restart_policy(p))
         {
             tracing::error!(error = %e, "Refusing pod status update");
             return;
+        }
+        if let Some(start) = &self.start {
+            start.observe(p, old.as_ref(), &api);
         }
         self.status.set_pod_status(uid, api);
     }
@@ -208,6 +222,9 @@ impl PodSyncer for RuntimePodSyncer {
 
     fn forget(&self, uid: &str) {
         self.last_sync.lock().remove(uid);
+        if let Some(start) = &self.start {
+            start.forget(uid);
+        }
     }
 }
 
@@ -241,6 +258,7 @@ impl RuntimePodSyncer {
         self.record(p, &before);
         let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
         let mut result = self.runtime.sync_pod(p, &before, now).await;
+        pod_start::record_timings(&result.timings);
         if let Some(left) = left {
             // Come back when the deadline passes.
             result.requeue_after = Some(result.requeue_after.map_or(left, |r| r.min(left)));

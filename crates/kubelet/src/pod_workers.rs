@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_metrics::{KubeletMetrics, pod_worker_operation};
 use kubelet_types::pod;
 use parking_lot::Mutex;
 use rand::Rng;
@@ -23,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::error::Error;
 
@@ -210,6 +211,7 @@ pub struct AsyncPodWorkers {
     resync: Duration,
     stop: CancellationToken,
     tasks: TaskTracker,
+    metrics: Option<Arc<KubeletMetrics>>,
 }
 
 fn jittered(d: Duration) -> Duration {
@@ -234,7 +236,22 @@ impl AsyncPodWorkers {
             resync,
             stop,
             tasks,
+            metrics: None,
         }
+    }
+
+    /// Observes each completed sync and kill in `kubelet_pod_worker_duration_seconds`.
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+}
+
+/// Observes one completed piece of work (upstream observes
+/// `PodWorkerDuration` with the update type once the work completes).
+fn observe(metrics: Option<&KubeletMetrics>, operation: &'static str, start: Instant) {
+    if let Some(m) = metrics {
+        m.observe_pod_worker(operation, start.elapsed());
     }
 }
 
@@ -274,13 +291,14 @@ impl PodWorkers for AsyncPodWorkers {
             removed: Mutex::new(false),
         });
         slot.wake.notify_one();
-        let span = info_span!("pod_worker", pod = %pod::describe(&work.pod));
+        let span = crate::pod_start::pod_worker_span(&work.pod);
         self.tasks.spawn(
             run_worker(
                 slot.clone(),
                 self.syncer.clone(),
                 self.queue.clone(),
                 self.resync,
+                self.metrics.clone(),
             )
             .instrument(span),
         );
@@ -320,7 +338,9 @@ async fn run_worker(
     syncer: Arc<dyn PodSyncer>,
     queue: Arc<WorkQueue>,
     resync: Duration,
+    metrics: Option<Arc<KubeletMetrics>>,
 ) {
+    let mut synced_once = false;
     loop {
         tokio::select! {
             biased;
@@ -347,6 +367,7 @@ async fn run_worker(
             };
             let Some(work) = next else { break };
             let uid = pod::uid(&work.pod).to_string();
+            let started = Instant::now();
             match work.kind {
                 WorkKind::Sync => {
                     let out = tokio::select! {
@@ -359,6 +380,13 @@ async fn run_worker(
                             continue;
                         }
                     };
+                    let operation = if synced_once {
+                        pod_worker_operation::SYNC
+                    } else {
+                        pod_worker_operation::CREATE
+                    };
+                    synced_once = true;
+                    observe(metrics.as_deref(), operation, started);
                     let mut next = jittered(resync);
                     if let Some(e) = &out.error {
                         warn!(error = %e, reason = e.reason(), "Error syncing pod, skipping");
@@ -381,10 +409,12 @@ async fn run_worker(
                     }
                 } {
                     Ok(()) => {
+                        observe(metrics.as_deref(), pod_worker_operation::KILL, started);
                         queue.remove(&uid);
                         *slot.removed.lock() = remove;
                     }
                     Err(e) => {
+                        observe(metrics.as_deref(), pod_worker_operation::KILL, started);
                         warn!(error = %e, reason = e.reason(), "Error killing pod; will retry");
                         // Retry the kill unless newer work arrived meanwhile.
                         {
@@ -472,6 +502,35 @@ mod tests {
         for _ in 0..20 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn completed_work_is_observed_by_operation_type() {
+        let rec = Arc::new(Recorder::default());
+        let metrics = Arc::new(KubeletMetrics::new());
+        let w = AsyncPodWorkers::new(
+            rec.clone(),
+            Arc::new(WorkQueue::default()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        )
+        .with_metrics(metrics.clone());
+        for work in [sync("v0"), sync("v1"), kill(&pod("v1"), None)] {
+            w.update_pod(work);
+            settle().await;
+        }
+        let f = kubelet_metrics::parse::parse(&metrics.render()).expect("parses");
+        let count = |op: &str| {
+            f["kubelet_pod_worker_duration_seconds"]
+                .samples
+                .iter()
+                .find(|s| s.name.ends_with("_count") && s.label("operation_type") == Some(op))
+                .map(|s| s.value)
+        };
+        assert_eq!(count("create"), Some(1.0));
+        assert_eq!(count("sync"), Some(1.0));
+        assert_eq!(count("kill"), Some(1.0));
     }
 
     #[tokio::test(start_paused = true)]

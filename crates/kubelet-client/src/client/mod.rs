@@ -4,11 +4,12 @@
 //! needs no restart, client-side rate limiting (`kubeAPIQPS`/`kubeAPIBurst`)
 //! and a deadline on every request ([`deadline`]).
 //!
-//! The tower stack, outermost first: base URI, auth, rate limit, deadline,
-//! the connection pool of the current certificate.
+//! The tower stack, outermost first: base URI, auth, request metrics (when
+//! given), rate limit, deadline, the connection pool of the current certificate.
 
 pub mod deadline;
 pub mod dynamic_cert;
+pub mod metrics;
 pub mod rate_limit;
 
 use std::path::Path;
@@ -36,7 +37,7 @@ pub use rate_limit::TokenBucket;
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// How a client talks to the apiserver.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Sustained requests per second (`kubeAPIQPS`).
     pub qps: f64,
@@ -45,6 +46,8 @@ pub struct ClientOptions {
     /// Deadline of each request; watches are bounded by their `timeoutSeconds`
     /// instead (see [`deadline`]).
     pub request_timeout: Duration,
+    /// Where `rest_client_*` metrics are recorded, if anywhere.
+    pub metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
 }
 
 impl ClientOptions {
@@ -54,6 +57,16 @@ impl ClientOptions {
             qps,
             burst,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            metrics: None,
+        }
+    }
+
+    /// The same, recording every request in `metrics` ([`metrics`]).
+    #[must_use]
+    pub fn with_metrics(self, metrics: Arc<kubelet_metrics::KubeletMetrics>) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..self
         }
     }
 
@@ -175,6 +188,17 @@ pub fn build_with(
     limiter: Arc<TokenBucket>,
     request_timeout: Duration,
 ) -> Result<Client, Error> {
+    build_instrumented(loaded, cert, limiter, request_timeout, None)
+}
+
+/// [`build_with`], recording every request in `metrics` when given.
+pub fn build_instrumented(
+    loaded: &Loaded,
+    cert: Arc<DynamicCert>,
+    limiter: Arc<TokenBucket>,
+    request_timeout: Duration,
+    metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
+) -> Result<Client, Error> {
     let mut config = loaded.config.clone();
     // The identity comes from the resolver, not from the static config.
     config.auth_info.client_certificate = None;
@@ -220,6 +244,7 @@ pub fn build_with(
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(auth)
+        .option_layer(metrics.map(metrics::RestClientMetricsLayer::new))
         .layer(rate_limit::RateLimitLayer::new(limiter))
         .layer(deadline::DeadlineLayer::new(request_timeout))
         .service(connections);
@@ -251,8 +276,16 @@ pub async fn from_kubeconfig_with(
     }
     let limiter = Arc::new(TokenBucket::new(options.qps, options.burst));
     let identity = cert.clone();
-    let client =
-        blocking(move || build_with(&loaded, identity, limiter, options.request_timeout)).await?;
+    let client = blocking(move || {
+        build_instrumented(
+            &loaded,
+            identity,
+            limiter,
+            options.request_timeout,
+            options.metrics,
+        )
+    })
+    .await?;
     Ok((client, cert))
 }
 

@@ -6,8 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use cri::pb;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_metrics::StartPhase;
 use kubelet_types::events::{EventType, pod_ref, reason};
 use kubelet_types::pod;
+use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::{KubeRuntimeManager, SyncResult};
@@ -62,7 +64,15 @@ impl KubeRuntimeManager {
             }
             self.backoff.next(&key, event, now);
         }
-        let image_ref = match self.images.ensure_image_exists(p, c, now).await {
+        let step = Instant::now();
+        let image = self.images.ensure_image_exists(p, c, now).await;
+        if image.is_ok() {
+            let d = step.elapsed();
+            result.timings.image_pull += d;
+            self.observe_phase(StartPhase::ImagePull, d);
+        }
+        let step = Instant::now();
+        let image_ref = match image {
             Ok(r) => r,
             Err(e) => {
                 if let Error::Container {
@@ -122,12 +132,16 @@ impl KubeRuntimeManager {
                 });
             }
         };
+        let d = step.elapsed();
+        result.timings.container_create += d;
+        self.observe_phase(StartPhase::ContainerCreate, d);
         self.recorder.event(
             &pod_ref(p, Some(&c.name)),
             EventType::Normal,
             reason::CREATED,
             format!("Created container: {}", c.name),
         );
+        let step = Instant::now();
         if let Err(e) = self.runtime.start_container(&id).await {
             let message = e.message();
             self.set_reason(uid, &c.name, "RunContainerError", message.clone());
@@ -143,6 +157,9 @@ impl KubeRuntimeManager {
                 source: Some(e),
             });
         }
+        let d = step.elapsed();
+        result.timings.container_start += d;
+        self.observe_phase(StartPhase::ContainerStart, d);
         self.clear_reason(uid, &c.name);
         result.started += 1;
         info!(container = %c.name, container.id = %id, restart_count, "Started container");

@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 use cri::{ImageService, RuntimeService, pb};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_metrics::{KubeletMetrics, StartPhase, container_type};
 use kubelet_types::events::{EventType, Recorder, pod_ref, reason};
 use kubelet_types::{labels, pod};
 use parking_lot::Mutex;
@@ -42,6 +43,22 @@ pub struct SyncResult {
     pub requeue_after: Option<Duration>,
     /// Containers started by this sync.
     pub started: usize,
+    /// Time this sync spent in each startup step.
+    pub timings: StartTimings,
+}
+
+/// Time one sync spent in each step of starting a pod (kubelet-rs's startup
+/// breakdown; summed over the containers it started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartTimings {
+    /// `RunPodSandbox`, when the sync created a sandbox.
+    pub sandbox: Option<Duration>,
+    /// Ensuring images (pulls, or presence checks).
+    pub image_pull: Duration,
+    /// Building configs and `CreateContainer`.
+    pub container_create: Duration,
+    /// `StartContainer`.
+    pub container_start: Duration,
 }
 
 impl SyncResult {
@@ -61,6 +78,7 @@ pub struct KubeRuntimeManager {
     backoff: Backoff,
     reasons: Mutex<HashMap<(String, String), Reason>>,
     recorder: Arc<dyn Recorder>,
+    metrics: Option<Arc<KubeletMetrics>>,
 }
 
 /// A reference to a pod (or container) from runtime state, for events about stopped pods.
@@ -100,6 +118,32 @@ impl KubeRuntimeManager {
             backoff: Backoff::default(),
             reasons: Mutex::new(HashMap::new()),
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
+            metrics: None,
+        }
+    }
+
+    /// Records started pods and containers, image pulls and the startup breakdown in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.images.metrics = Some(metrics.clone());
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Observes one startup step in `kubelet_pod_start_phase_duration_seconds`.
+    fn observe_phase(&self, phase: StartPhase, d: Duration) {
+        if let Some(m) = &self.metrics {
+            m.observe_start_phase(phase, d);
+        }
+    }
+
+    /// `kubelet_started_containers_total` (and its errors) for one start
+    /// attempt; upstream counts only attempts past the crash-loop backoff.
+    fn record_container_start(&self, kind: &'static str, r: &Result<()>) {
+        let Some(m) = &self.metrics else { return };
+        match r {
+            Err(e) if e.reason() == "CrashLoopBackOff" => {}
+            Err(e) => m.record_started_container(kind, Some(e.reason())),
+            Ok(()) => m.record_started_container(kind, None),
         }
     }
 
@@ -297,7 +341,10 @@ impl KubeRuntimeManager {
         }
         let host_dns = HostDns::read(&self.cfg.resolv_conf).await;
         let sandbox_cfg = sandbox_config(&self.cfg, p, actions.attempt, &host_dns);
-        let sandbox_id = match self.ensure_sandbox(p, &actions, &sandbox_cfg).await {
+        let sandbox_id = match self
+            .ensure_sandbox(p, &actions, &sandbox_cfg, &mut result.timings)
+            .await
+        {
             Ok(id) => id,
             Err(e) => {
                 result.errors.push(e);
@@ -307,12 +354,14 @@ impl KubeRuntimeManager {
         // A fresh sandbox has no containers yet: start from a status without the old instances' states
         // except for history (restart counts, backoff, lastState).
         if let Some(i) = actions.next_init_container {
-            if let Some(c) = pod::init_containers(p).get(i)
-                && let Err(e) = self
+            if let Some(c) = pod::init_containers(p).get(i) {
+                let r = self
                     .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
-                    .await
-            {
-                result.errors.push(e);
+                    .await;
+                self.record_container_start(container_type::INIT_CONTAINER, &r);
+                if let Err(e) = r {
+                    result.errors.push(e);
+                }
             }
             return result;
         }
@@ -320,10 +369,11 @@ impl KubeRuntimeManager {
             let Some(c) = pod::containers(p).get(i) else {
                 continue;
             };
-            if let Err(e) = self
+            let r = self
                 .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
-                .await
-            {
+                .await;
+            self.record_container_start(container_type::CONTAINER, &r);
+            if let Err(e) = r {
                 result.errors.push(e);
             }
         }

@@ -6,7 +6,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::events::{EventType, pod_ref, reason};
 use tracing::info;
 
-use super::KubeRuntimeManager;
+use kubelet_metrics::StartPhase;
+use tokio::time::Instant;
+
+use super::{KubeRuntimeManager, StartTimings};
 use crate::actions::PodActions;
 use crate::sandbox::pod_logs_dir;
 use crate::{Error, Result};
@@ -17,10 +20,31 @@ impl KubeRuntimeManager {
         p: &Pod,
         a: &PodActions,
         cfg: &pb::PodSandboxConfig,
+        timings: &mut StartTimings,
     ) -> Result<String> {
         if !a.create_sandbox {
             return a.sandbox_id.clone().ok_or(Error::NoSandbox);
         }
+        let start = Instant::now();
+        let r = self.create_sandbox(p, a, cfg).await;
+        // Upstream counts every creation attempt, and the failed ones as errors.
+        if let Some(m) = &self.metrics {
+            m.record_started_pod(r.is_err());
+        }
+        if r.is_ok() {
+            let d = start.elapsed();
+            timings.sandbox = Some(d);
+            self.observe_phase(StartPhase::Sandbox, d);
+        }
+        r
+    }
+
+    async fn create_sandbox(
+        &self,
+        p: &Pod,
+        a: &PodActions,
+        cfg: &pb::PodSandboxConfig,
+    ) -> Result<String> {
         let dir = pod_logs_dir(&self.cfg.pod_logs_dir, p);
         tokio::fs::create_dir_all(&dir)
             .await

@@ -9,10 +9,11 @@
 //! The generator is healthy while a relist succeeded within the last 3 minutes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cri::{RuntimeService, pb};
+use kubelet_metrics::KubeletMetrics;
 use kubelet_types::labels as l;
 use parking_lot::Mutex;
 use tokio::sync::{Semaphore, mpsc};
@@ -22,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 mod cache;
+mod metrics;
 
 pub use cache::PodCache;
 
@@ -96,6 +98,9 @@ pub struct GenericPleg {
     inspect_timeout: Duration,
     /// Where background inspections run (the kubelet's shared tracker).
     tasks: TaskTracker,
+    metrics: OnceLock<Arc<KubeletMetrics>>,
+    /// When the last successful relist started (upstream `relistTime`), for the interval metric.
+    last_relist_start: Mutex<Option<Instant>>,
 }
 
 fn sandbox_state(s: &pb::PodSandbox) -> ContainerState {
@@ -149,8 +154,16 @@ impl GenericPleg {
             inspections: Arc::new(Semaphore::new(concurrency.max(1))),
             inspect_timeout,
             tasks,
+            metrics: OnceLock::new(),
+            last_relist_start: Mutex::new(None),
         });
         (pleg, rx)
+    }
+
+    /// Records relist duration and interval, and the running pods and
+    /// containers each relist sees, in `metrics` (the first call wins).
+    pub fn set_metrics(&self, metrics: Arc<KubeletMetrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// The status cache the PLEG fills.
@@ -195,8 +208,24 @@ impl GenericPleg {
     pub async fn relist(self: &Arc<Self>) -> Result<usize, cri::CriError> {
         // What this relist sees is at least as new as this (upstream takes it first too).
         let timestamp = Instant::now();
-        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
-        let containers = self.runtime.list_containers(None).await?;
+        let listed = self.list().await;
+        if let Some(m) = self.metrics.get() {
+            // Upstream observes the duration of every relist, failed ones too.
+            let interval = listed.as_ref().ok().and_then(|_| {
+                let prev = self.last_relist_start.lock().replace(timestamp);
+                // As upstream: from the previous relist's start to the end of this listing.
+                prev.map(|p| p.elapsed())
+            });
+            m.observe_pleg_relist(timestamp.elapsed(), interval);
+            if let Ok((sandboxes, containers)) = &listed {
+                metrics::record_running(m, sandboxes, containers);
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                m.set_pleg_last_seen(wall);
+            }
+        }
+        let (sandboxes, containers) = listed?;
         let mut current: HashMap<String, RuntimePod> = HashMap::new();
         for s in &sandboxes {
             let Some(uid) = s.labels.get(l::POD_UID) else {
@@ -262,6 +291,12 @@ impl GenericPleg {
         // pending until their inspection lands.
         self.cache.update_time(timestamp);
         Ok(n)
+    }
+
+    async fn list(&self) -> Result<(Vec<pb::PodSandbox>, Vec<pb::Container>), cri::CriError> {
+        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
+        let containers = self.runtime.list_containers(None).await?;
+        Ok((sandboxes, containers))
     }
 
     fn dispatch(

@@ -6,6 +6,8 @@ use cri::fake::FakeRuntime;
 use k8s_openapi::api::core::v1::Container;
 use std::time::UNIX_EPOCH;
 
+mod metrics;
+
 fn manager(fake: &FakeRuntime, dir: &std::path::Path) -> KubeRuntimeManager {
     let cfg = RuntimeConfig {
         pod_logs_dir: dir.to_path_buf(),
