@@ -20,6 +20,8 @@ use kubelet_config::Flags;
 pub mod cluster;
 #[path = "node_api_client.rs"]
 pub mod node_api;
+#[path = "prom_text.rs"]
+pub mod prom_text;
 
 /// The CRI socket the tests use.
 pub const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";

@@ -406,3 +406,120 @@ async fn server_tls_bootstrap_serves_the_approved_certificate() -> anyhow::Resul
     joined.cleanup().await;
     Ok(())
 }
+
+/// `/metrics` on a joined node, read with an independent text parser: every
+/// family the issue names, with upstream's labels, and the start breakdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_upstreams_families_and_the_start_breakdown() -> anyhow::Result<()> {
+    use kubelet_rs_integration::prom_text;
+    let joined = cluster::Joined::start(apiserver_double::Options::default()).await;
+    joined
+        .create_pod("mx", cluster::sleeper("sleep 3600"))
+        .await;
+    joined
+        .create_pod(
+            "bad",
+            serde_json::json!({"containers": [{"name": "c", "image": "localhost:5000/does-not-exist:1"}]}),
+        )
+        .await;
+    joined
+        .wait_api("mx", T, "Running", |p| cluster::phase(p) == Some("Running"))
+        .await;
+    let node = &joined.node;
+    let c = client(node, Credentials::None)?;
+    let deadline = tokio::time::Instant::now() + T;
+    let families = loop {
+        let a = c.get("/metrics").await?;
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(
+            a.headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+            "{:?}",
+            a.headers
+        );
+        let f = prom_text::parse(&a.text())?;
+        let errors = f
+            .get("kubelet_runtime_operations_errors_total")
+            .is_some_and(|f| !f.samples.is_empty());
+        let ready = f
+            .get("kubelet_pod_start_phase_duration_seconds")
+            .is_some_and(|f| {
+                f.samples
+                    .iter()
+                    .any(|s| s.labels.get("phase").map(String::as_str) == Some("first_ready"))
+            });
+        if (errors && ready) || tokio::time::Instant::now() > deadline {
+            break f;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let has = |name: &str, label: Option<&str>| {
+        families.get(name).is_some_and(|f| {
+            !f.samples.is_empty()
+                && label.is_none_or(|l| {
+                    f.samples.iter().all(|s| {
+                        s.labels.contains_key(l)
+                            || s.name.ends_with("_sum")
+                            || s.name.ends_with("_count")
+                            || s.labels.contains_key("le")
+                    })
+                })
+        })
+    };
+    for (name, label) in [
+        ("kubelet_running_pods", None),
+        ("kubelet_running_containers", Some("container_state")),
+        ("kubelet_pod_start_duration_seconds", None),
+        ("kubelet_pod_worker_duration_seconds", Some("operation")),
+        ("kubelet_pleg_relist_duration_seconds", None),
+        ("kubelet_pleg_relist_interval_seconds", None),
+        ("kubelet_runtime_operations_total", Some("operation_type")),
+        (
+            "kubelet_runtime_operations_errors_total",
+            Some("operation_type"),
+        ),
+        (
+            "kubelet_runtime_operations_duration_seconds",
+            Some("operation_type"),
+        ),
+        ("kubelet_node_name", Some("node")),
+        ("kubelet_http_requests_total", Some("path")),
+        ("kubelet_started_pods_total", None),
+        ("kubelet_started_containers_total", Some("container_type")),
+        ("rest_client_requests_total", Some("code")),
+        ("kubelet_pod_start_phase_duration_seconds", Some("phase")),
+    ] {
+        assert!(
+            has(name, label),
+            "{name} missing or without {label:?}: {:?}",
+            families.get(name)
+        );
+    }
+    assert_eq!(families["kubelet_running_pods"].kind, "gauge");
+    assert_eq!(families["kubelet_runtime_operations_total"].kind, "counter");
+    assert_eq!(
+        families["kubelet_pod_start_duration_seconds"].kind,
+        "histogram"
+    );
+    let node_name = &families["kubelet_node_name"].samples[0];
+    assert_eq!(node_name.labels.get("node"), Some(&node.name));
+    let phases: std::collections::BTreeSet<&str> =
+        families["kubelet_pod_start_phase_duration_seconds"]
+            .samples
+            .iter()
+            .filter_map(|s| s.labels.get("phase").map(String::as_str))
+            .collect();
+    for p in [
+        "sandbox",
+        "image_pull",
+        "container_create",
+        "container_start",
+        "first_ready",
+    ] {
+        assert!(phases.contains(p), "phase {p}: {phases:?}");
+    }
+    joined.cleanup().await;
+    Ok(())
+}

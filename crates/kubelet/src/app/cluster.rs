@@ -44,6 +44,7 @@ pub(super) struct Cluster {
 pub(super) async fn connect(
     cfg: &KubeletConfig,
     machine: MachineInfo,
+    metrics: Arc<kubelet_metrics::KubeletMetrics>,
 ) -> Result<Option<Cluster>, AppError> {
     let Some(kubeconfig) = &cfg.kubeconfig else {
         if cfg.bootstrap_kubeconfig.is_some() {
@@ -61,8 +62,11 @@ pub(super) async fn connect(
     )
     .await?;
     let c = &cfg.cluster;
-    let (client, cert) =
-        kubelet_client::from_kubeconfig(kubeconfig, c.kube_api_qps, c.kube_api_burst).await?;
+    let (client, cert) = kubelet_client::from_kubeconfig_with(
+        kubeconfig,
+        kubelet_client::ClientOptions::new(c.kube_api_qps, c.kube_api_burst).with_metrics(metrics),
+    )
+    .await?;
     let current = kubelet_client::certificate::store::current_path(&cfg.cert_dir);
     let rotate = c.rotate_certificates
         && cert.is_set()

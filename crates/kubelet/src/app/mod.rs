@@ -48,6 +48,7 @@ pub struct App {
     healthz: Option<TcpListener>,
     node_api: server::NodeApi,
     http: Option<HttpSource>,
+    metrics: Arc<kubelet_metrics::KubeletMetrics>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -111,11 +112,17 @@ impl App {
         // that is down is retried by the runtime state's own loop.
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
         runtime_state.update_runtime_up(&remote).await;
-        let cluster = cluster::connect(&cfg, machine).await?;
+        let metrics = Arc::new(kubelet_metrics::KubeletMetrics::new());
+        metrics.set_node_name(&cfg.node_name);
+        let cluster = cluster::connect(&cfg, machine, metrics.clone()).await?;
         let stop = CancellationToken::new();
-        let mut manager =
-            KubeRuntimeManager::new(Arc::new(remote.clone()), Arc::new(remote.clone()), rcfg)
-                .with_shutdown(stop.child_token());
+        let instrumented = Arc::new(kubelet_runtime::instrumented::Instrumented::new(
+            Arc::new(remote.clone()),
+            metrics.clone(),
+        ));
+        let mut manager = KubeRuntimeManager::new(instrumented.clone(), instrumented, rcfg)
+            .with_shutdown(stop.child_token())
+            .with_metrics(metrics.clone());
         if let Some(c) = &cluster {
             manager = manager.with_recorder(c.recorder.clone());
         }
@@ -158,6 +165,7 @@ impl App {
             healthz,
             node_api,
             http,
+            metrics,
         })
     }
 
@@ -177,6 +185,7 @@ impl App {
             runtime_state: self.runtime_state.clone(),
             host_ips: host_ips.clone(),
             recorder: self.cluster.as_ref().map(|c| c.recorder.clone()),
+            metrics: self.metrics.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
 
@@ -219,6 +228,7 @@ impl App {
             server::Wiring {
                 cfg,
                 host: host.clone(),
+                metrics: self.metrics.clone(),
             },
             &tasks,
             &stop,

@@ -116,6 +116,7 @@ pub(super) struct Pipeline<'a> {
     pub runtime_state: Arc<RuntimeState>,
     pub host_ips: Vec<IpAddr>,
     pub recorder: Option<Arc<EventRecorder>>,
+    pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
 }
 
 /// Handles to the running pipeline.
@@ -144,6 +145,7 @@ impl Pipeline<'_> {
             cfg.runtime_request_timeout,
             tasks.clone(),
         );
+        pleg.set_metrics(self.metrics.clone());
         spawn_in(
             tasks,
             info_span!("pleg"),
@@ -161,18 +163,22 @@ impl Pipeline<'_> {
             self.host_ips,
         )
         .with_pod_manager(sources.pods.clone())
-        .with_pod_cache(pleg.cache().clone());
+        .with_pod_cache(pleg.cache().clone())
+        .with_metrics(self.metrics.clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }
         let queue = Arc::new(WorkQueue::default());
-        let workers = Arc::new(AsyncPodWorkers::new(
-            Arc::new(syncer),
-            queue.clone(),
-            cfg.sync_frequency,
-            stop.child_token(),
-            tasks.clone(),
-        ));
+        let workers = Arc::new(
+            AsyncPodWorkers::new(
+                Arc::new(syncer),
+                queue.clone(),
+                cfg.sync_frequency,
+                stop.child_token(),
+                tasks.clone(),
+            )
+            .with_metrics(self.metrics.clone()),
+        );
         let heartbeat = Arc::new(Heartbeat::default());
         let pod_cache = pleg.cache().clone();
         let sync_loop = SyncLoop {

@@ -15,6 +15,7 @@ use kubelet_server::auth::{
     WebhookAuthnSettings, WebhookAuthzSettings, X509Settings,
 };
 use kubelet_server::healthz::{Checks, LogCheck};
+use kubelet_server::metrics::{ServerType, instrument};
 use kubelet_server::serve;
 use kubelet_server::server::{Debugging, VerbositySetter};
 use kubelet_server::tls::TlsSettings;
@@ -142,6 +143,7 @@ impl NodeApi {
 pub(super) struct Wiring<'a> {
     pub(super) cfg: &'a KubeletConfig,
     pub(super) host: Arc<KubeletHost>,
+    pub(super) metrics: Arc<kubelet_metrics::KubeletMetrics>,
 }
 
 impl NodeApi {
@@ -159,7 +161,9 @@ impl NodeApi {
         let checks = Arc::new(Checks::new(host.clone(), log));
         if let Some(l) = self.read_only {
             let router = kubelet_server::server::auth_not_required(host.clone(), checks.clone())
+                .merge(kubelet_server::metrics::routes(w.metrics.clone()))
                 .merge(kubelet_server::server::debugging_disabled());
+            let router = instrument(router, w.metrics.clone(), ServerType::ReadOnly);
             let stop = stop.child_token();
             info!(addr = ?l.local_addr().ok(), "Starting the read-only server");
             spawn_in(
@@ -175,7 +179,8 @@ impl NodeApi {
             spawn_in(tasks, info_span!("serving_cert"), task(stop.child_token()));
         }
         let s = &w.cfg.server;
-        let mut router = kubelet_server::server::auth_not_required(host.clone(), checks);
+        let mut router = kubelet_server::server::auth_not_required(host.clone(), checks)
+            .merge(kubelet_server::metrics::routes(w.metrics.clone()));
         if s.enable_debugging_handlers {
             let verbosity: Option<Arc<dyn VerbositySetter>> = if s.enable_debug_flags_handler {
                 Some(Arc::new(LogVerbosity))
@@ -193,7 +198,12 @@ impl NodeApi {
         } else {
             router = router.merge(kubelet_server::server::debugging_disabled());
         }
-        let router = kubelet_server::auth::layer(router, auth.clone());
+        // Counted outside the auth filter, so 401s and 403s are counted too.
+        let router = instrument(
+            kubelet_server::auth::layer(router, auth.clone()),
+            w.metrics.clone(),
+            ServerType::ReadWrite,
+        );
         let ca_stop = stop.child_token();
         spawn_in(tasks, info_span!("client_ca_reload"), async move {
             auth.run_ca_reload(ca_stop).await;
