@@ -33,7 +33,7 @@ for run in $(seq "$RUNS"); do
   work=$(mktemp -d); mkdir -p "$work/manifests"
   node="bench$run-$$"
   $KUBELET --pod-manifest-path "$work/manifests" --hostname-override "$node" --root-dir "$work/root" \
-    --healthz-port 0 >"$work/log" 2>&1 &
+    --healthz-port 0 --address 127.0.0.1 --read-only-port 0 >"$work/log" 2>&1 &
   pid=$!
   sleep 5
   rss_idle+=("$(rss_kb $pid)"); cpu_idle+=("$(cpu_cores $pid 10)")

@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         .arg(format!("--root-dir={}", work.path().join("root").display()))
         .arg(format!("--hostname-override={node}"))
         .arg("--healthz-port=0")
+        .args(["--address=127.0.0.1", "--read-only-port=0"])
         .args(extra)
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -24,7 +24,6 @@ const BOOTSTRAP_SCRIPT_FLAGS: &[&str] = &[
     "--cpu-manager-policy=static",
     "--topology-manager-policy=single-numa-node",
     "--reserved-cpus=0-1",
-    "--address=0.0.0.0",
     "--kubelet-cgroups=/systemd/system.slice",
     "--enforce-node-allocatable=pods",
     "--cgroups-per-qos=true",
@@ -34,7 +33,6 @@ const BOOTSTRAP_SCRIPT_FLAGS: &[&str] = &[
     "--allowed-unsafe-sysctls=net.core.somaxconn,net.ipv4.*",
     "--seccomp-default",
     "--pod-max-pids=4096",
-    "--authentication-token-webhook",
     "--exit-on-lock-contention",
     "--oom-score-adj=-999",
     "--eviction-soft=memory.available<300Mi,nodefs.available<15%",
@@ -98,20 +96,17 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "cpu-manager-policy",
         "topology-manager-policy",
         "reserved-cpus",
-        "address",
         "kubelet-cgroups",
         "enforce-node-allocatable",
         "image-credential-provider-config",
         "allowed-unsafe-sysctls",
         "seccomp-default",
         "pod-max-pids",
-        "authentication-token-webhook",
         "oom-score-adj",
         "eviction-soft",
         "shutdown-grace-period",
         "maximum-dead-containers",
         "minimum-container-ttl-duration",
-        "anonymous-auth",
     ];
     for flag in not_implemented {
         let line = format!("flag --{flag} is accepted but not implemented by kubelet-rs; ignored");
@@ -136,6 +131,8 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "--cgroups-per-qos ",
         "--logging-format ",
         "--read-only-port ",
+        "--anonymous-auth ",
+        "--tls-cipher-suites ",
         "--event-qps ",
         "--lock-file ",
         "--exit-on-lock-contention ",
@@ -143,6 +140,28 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         assert!(!out.contains(&format!("flag {quiet}")), "{quiet}\n{out}");
     }
     assert!(k.terminate().success(), "{}", k.output());
+}
+
+/// Upstream `BuildAuthn`: webhook authentication needs an apiserver client,
+/// so a standalone kubelet asked for it refuses to start, naming why.
+#[test]
+fn standalone_webhook_authentication_is_refused_as_upstream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args = standalone_args(dir.path(), "webhook");
+    args.push("--authentication-token-webhook".into());
+    let mut k = Kubelet::start(&args);
+    let status = k.exited_within(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{status:?}\n{}",
+        k.output()
+    );
+    assert!(
+        k.output()
+            .contains("no client provided, cannot use webhook authentication"),
+        "{}",
+        k.output()
+    );
 }
 
 #[test]

@@ -9,6 +9,20 @@ use cri::{RemoteRuntime, RuntimeService};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubelet-rs");
 
+/// The node API on a loopback port of its own and no read-only port, so
+/// that test kubelets never collide on 10250/10255.
+fn loopback_api() -> Vec<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port");
+    vec![
+        "--address=127.0.0.1".into(),
+        format!("--port={port}"),
+        "--read-only-port=0".into(),
+    ]
+}
+
 #[test]
 fn version_is_what_kubeadm_parses() {
     let out = Command::new(BIN).arg("--version").output().expect("run");
@@ -90,6 +104,7 @@ async fn sigterm_stops_kubelet_but_not_its_containers() {
         .arg("--pod-manifest-path")
         .arg(&manifests)
         .args(["--hostname-override", &node, "--healthz-port", "0"])
+        .args(loopback_api())
         .arg("--root-dir")
         .arg(dir.path().join("root"))
         .stderr(Stdio::null())
@@ -144,6 +159,7 @@ fn no_pod_source_keeps_the_kubelet_running() {
         .arg("--container-runtime-endpoint")
         .arg(format!("unix://{}", dir.path().join("none.sock").display()))
         .args(["--hostname-override", "no-sources", "--healthz-port", "0"])
+        .args(loopback_api())
         .arg("--root-dir")
         .arg(dir.path().join("root"))
         .stderr(Stdio::piped())

@@ -430,8 +430,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "streaming-connection-idle-timeout",
         Duration,
         "streamingConnectionIdleTimeout",
-    )
-    .acts(),
+    ),
     done("sync-frequency", Duration).field("syncFrequency"),
     config("system-cgroups", Str, "systemCgroups").sample("/system.slice"),
     done("system-reserved", MapStringString).field("systemReserved"),

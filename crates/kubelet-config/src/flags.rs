@@ -52,7 +52,9 @@ fn version_flag(v: &str) -> Result<bool, String> {
 #[command(
     name = "kubelet-rs",
     about = "kubelet-rs: a Kubernetes node agent. Runs pods from static manifests, a manifest URL and (in cluster mode) the apiserver on a CRI runtime such as containerd.",
-    disable_version_flag = true
+    disable_version_flag = true,
+    // pflag: a scalar flag given twice takes the last value.
+    args_override_self = true
 )]
 pub struct Flags {
     /// Print the Kubernetes version this kubelet implements (kubeadm parses it) and exit.

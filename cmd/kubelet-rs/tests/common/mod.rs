@@ -23,6 +23,14 @@ pub struct Kubelet {
 }
 
 /// Flags that let kubelet-rs start without containerd, each instance in `dir/name`.
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
 pub fn standalone_args(dir: &Path, name: &str) -> Vec<String> {
     let root = dir.join(name);
     let manifests = root.join("manifests");
@@ -33,6 +41,10 @@ pub fn standalone_args(dir: &Path, name: &str) -> Vec<String> {
             dir.join("no-runtime.sock").display()
         ),
         "--healthz-port=0".into(),
+        // The node API on a loopback port of its own; no read-only port.
+        "--address=127.0.0.1".into(),
+        format!("--port={}", free_port()),
+        "--read-only-port=0".into(),
         format!("--root-dir={}", root.join("root").display()),
         format!("--pod-manifest-path={}", manifests.display()),
         format!("--hostname-override={name}"),
