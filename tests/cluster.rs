@@ -52,6 +52,7 @@ fn normalize(v: &mut Value, node: &str) {
         "memory",
         "ephemeral-storage",
         "images",
+        "Port",
     ];
     match v {
         Value::Object(m) => {
@@ -170,6 +171,14 @@ async fn bootstrap_register_run_report_and_confirm_deletion() -> anyhow::Result<
         );
     }
     let node_obj = j.api.get("nodes", "", &node).expect("node");
+    // The kubelet endpoint is the node API's port (random in tests).
+    let port = j.node.handle().server_addr.map(|a| a.port());
+    assert_eq!(
+        node_obj
+            .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+            .and_then(Value::as_u64),
+        port.map(u64::from)
+    );
     golden("node.json", node_obj, &node);
     golden("pod-status.json", p["status"].clone(), &node);
 
