@@ -8,6 +8,7 @@ pub mod auth;
 pub mod healthz;
 pub mod serve;
 pub mod server;
+pub mod stats;
 pub mod streaming;
 pub mod tls;
 
