@@ -15,6 +15,7 @@ use kubelet_server::ServerError;
 use tokio::time::Instant;
 
 mod running;
+mod stats;
 mod streaming;
 
 use crate::pod_manager::PodManager;
