@@ -159,6 +159,7 @@ impl NodeApi {
         let checks = Arc::new(Checks::new(host.clone(), log));
         if let Some(l) = self.read_only {
             let router = kubelet_server::server::auth_not_required(host.clone(), checks.clone())
+                .merge(kubelet_server::stats::routes(w.host.clone()))
                 .merge(kubelet_server::server::debugging_disabled());
             let stop = stop.child_token();
             info!(addr = ?l.local_addr().ok(), "Starting the read-only server");
@@ -175,7 +176,8 @@ impl NodeApi {
             spawn_in(tasks, info_span!("serving_cert"), task(stop.child_token()));
         }
         let s = &w.cfg.server;
-        let mut router = kubelet_server::server::auth_not_required(host.clone(), checks);
+        let mut router = kubelet_server::server::auth_not_required(host.clone(), checks)
+            .merge(kubelet_server::stats::routes(w.host.clone()));
         if s.enable_debugging_handlers {
             let verbosity: Option<Arc<dyn VerbositySetter>> = if s.enable_debug_flags_handler {
                 Some(Arc::new(LogVerbosity))
