@@ -16,8 +16,11 @@ fn our_pod<'a>(s: &'a Summary, name: &str) -> Option<&'a PodStats> {
     s.pods.iter().find(|p| p.pod_ref.name == name)
 }
 
-/// Metric name and labels of each sample line, with its value and timestamp.
-fn parse_samples(text: &str) -> Vec<(String, String, f64, Option<i64>)> {
+/// A sample line: metric name, labels, value and timestamp.
+type Sample = (String, String, f64, Option<i64>);
+
+/// Every sample line of a text exposition.
+fn parse_samples(text: &str) -> Vec<Sample> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
@@ -132,11 +135,10 @@ async fn a_busy_pod_reports_cpu_and_memory() -> anyhow::Result<()> {
     let a = client.get("/metrics/resource").await?;
     assert_eq!(a.status, http::StatusCode::OK, "{}", a.text());
     let samples = parse_samples(&a.text());
-    let by_name: BTreeMap<&str, Vec<&(String, String, f64, Option<i64>)>> =
-        samples.iter().fold(BTreeMap::new(), |mut m, s| {
-            m.entry(s.0.as_str()).or_default().push(s);
-            m
-        });
+    let by_name: BTreeMap<&str, Vec<&Sample>> = samples.iter().fold(BTreeMap::new(), |mut m, s| {
+        m.entry(s.0.as_str()).or_default().push(s);
+        m
+    });
     let ours = |family: &str| {
         by_name
             .get(family)

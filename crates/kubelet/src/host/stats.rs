@@ -40,7 +40,7 @@ struct CpuSample {
     timestamp_ns: i64,
     core_ns: u64,
     nano_cores: Option<u64>,
-    seen: std::time::Instant,
+    seen: tokio::time::Instant,
 }
 
 /// The previous CPU sample of each container, sandbox and the node, to derive
@@ -57,7 +57,7 @@ impl CpuUsageCache {
     /// went back, returns none.
     pub(crate) fn update(&self, key: &str, timestamp_ns: i64, core_ns: u64) -> Option<u64> {
         let mut samples = self.samples.lock();
-        let now = std::time::Instant::now();
+        let now = tokio::time::Instant::now();
         let prev = samples.get(key).copied();
         let nano_cores = match prev {
             Some(p) if p.timestamp_ns == timestamp_ns && p.core_ns == core_ns => {
@@ -230,7 +230,7 @@ fn choose(
             }
         })
         .collect();
-    pods.sort_by(|a, b| a.sandbox.created_at.cmp(&b.sandbox.created_at));
+    pods.sort_by_key(|p| p.sandbox.created_at);
     pods
 }
 
@@ -618,6 +618,22 @@ mod tests {
         );
         // Keys are independent.
         assert_eq!(cache.update("d", 6_000_000_000, 1), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgets_samples_not_seen_for_five_minutes() {
+        let cache = CpuUsageCache::default();
+        cache.update("old", 1, 1);
+        tokio::time::advance(CPU_SAMPLE_TTL - Duration::from_secs(1)).await;
+        cache.update("new", 1, 1);
+        cache.prune();
+        assert_eq!(cache.samples.lock().len(), 2);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        cache.prune();
+        let keys: Vec<String> = cache.samples.lock().keys().cloned().collect();
+        assert_eq!(keys, ["new"]);
+        // A forgotten key starts over: no rate from its first new sample.
+        assert_eq!(cache.update("old", 1_000_000_000, 1_000), None);
     }
 
     #[test]
