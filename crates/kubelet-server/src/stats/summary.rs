@@ -274,6 +274,7 @@ pub struct VolumeStats {
     #[serde(flatten)]
     pub fs: FsStats,
     /// The volume's name in the pod spec.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// The claim it comes from, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -392,7 +392,8 @@ impl KubeletHost {
                 .as_ref()
                 .and_then(|s| s.containers.iter().find(|cs| &cs.id == id))
                 .and_then(|cs| cs.started_at)
-                .map(|t| Time(jiff::Timestamp::try_from(t).unwrap_or_default()));
+                .and_then(|t| jiff::Timestamp::try_from(t).ok())
+                .map(Time);
             let s = cstats.get(id);
             let rootfs = s
                 .and_then(|s| s.writable_layer.as_ref())
@@ -412,7 +413,9 @@ impl KubeletHost {
                     .as_ref()
                     .map(|m| m.name.clone())
                     .unwrap_or_default(),
-                start_time: started.or_else(|| time_ns(c.container.created_at)),
+                // Upstream reports the creation time as the start time; the
+                // PLEG's start time only when the runtime gave none.
+                start_time: time_ns(c.container.created_at).or(started),
                 cpu: s.and_then(|s| s.cpu.as_ref()).map(|cpu| cpu_stats(id, cpu)),
                 memory: s.and_then(|s| s.memory.as_ref()).map(memory_stats),
                 rootfs,
