@@ -16,6 +16,28 @@ fn our_pod<'a>(s: &'a Summary, name: &str) -> Option<&'a PodStats> {
     s.pods.iter().find(|p| p.pod_ref.name == name)
 }
 
+/// A plain-HTTP GET (the read-only port).
+async fn plain_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> anyhow::Result<(http::StatusCode, String)> {
+    use http_body_util::BodyExt;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .uri(path)
+        .header(http::header::HOST, addr.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+    let resp = tokio::time::timeout(T, send.send_request(req)).await??;
+    let status = resp.status();
+    let body = tokio::time::timeout(T, resp.into_body().collect())
+        .await??
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).to_string()))
+}
+
 /// A sample line: metric name, labels, value and timestamp.
 type Sample = (String, String, f64, Option<i64>);
 
@@ -39,7 +61,7 @@ fn parse_samples(text: &str) -> Vec<Sample> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pod_reports_cpu_and_memory() -> anyhow::Result<()> {
-    let node = Node::start(|_| {}).await;
+    let node = Node::start(|f| f.read_only_port = Some(free_port())).await;
     node.write_manifest(
         "busy.yaml",
         &pod_yaml("busy", "Always", BUSYBOX, "while :; do :; done"),
@@ -165,6 +187,21 @@ async fn a_busy_pod_reports_cpu_and_memory() -> anyhow::Result<()> {
         assert!(s.2 > 0.0 && s.3.is_some(), "{family}: {s:?}");
     }
     assert_eq!(by_name["scrape_error"][0].2, 0.0);
+
+    // Upstream serves stats on the read-only port too.
+    let ro = node.handle().read_only_addr.ctx("read-only port")?;
+    let (status, body) = plain_get(ro, "/stats/summary?only_cpu_and_memory=true").await?;
+    assert_eq!(status, http::StatusCode::OK, "{body}");
+    let served: Summary = serde_json::from_str(&body)?;
+    assert!(our_pod(&served, &pod_name).is_some(), "{body}");
+    let (status, body) = plain_get(ro, "/metrics/resource").await?;
+    assert_eq!(status, http::StatusCode::OK, "{body}");
+    assert!(
+        parse_samples(&body)
+            .iter()
+            .any(|s| s.0 == "pod_cpu_usage_seconds_total" && s.1.contains(&pod_name)),
+        "{body}"
+    );
 
     node.cleanup().await;
     Ok(())
