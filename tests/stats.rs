@@ -107,6 +107,11 @@ async fn a_busy_pod_reports_cpu_and_memory() -> anyhow::Result<()> {
     let pmem = pod.memory.clone().ctx("pod memory")?;
     assert!(pmem.working_set_bytes.unwrap_or(0) > 0, "{pmem:?}");
     assert!(pod.volume.is_empty(), "no volume plugins yet");
+    let net = pod.network.clone().ctx("pod network")?;
+    assert!(
+        net.time.is_some() && net.default_interface.name == "eth0",
+        "{net:?}"
+    );
 
     assert_eq!(pod.containers.len(), 1, "{pod:?}");
     let c = &pod.containers[0];

@@ -462,7 +462,8 @@ impl KubeletHost {
             .and_then(|l| l.network.as_ref())
             .filter(|_| full)
             .map(|n| NetworkStats {
-                time: time_ns(n.timestamp),
+                // containerd 1.6 leaves the network sample unstamped.
+                time: time_ns(n.timestamp).or_else(|| time_ns(now_ns())),
                 default_interface: n
                     .default_interface
                     .as_ref()
