@@ -49,6 +49,10 @@ async fn the_read_only_port_serves_only_what_needs_no_authorization() -> anyhow:
 
     let (s, body) = plain_get(addr, "/healthz").await?;
     assert_eq!((s, body.as_str()), (StatusCode::OK, "ok"));
+    for path in ["/stats/summary", "/metrics", "/metrics/resource"] {
+        let (s, body) = plain_get(addr, path).await?;
+        assert_eq!(s, StatusCode::OK, "{path}: {body}");
+    }
 
     // The debugging handlers are not there: upstream's 405 on each.
     let uid = node.uid_of("ro").ctx("uid")?;

@@ -10,6 +10,7 @@ pub mod logs;
 pub mod metrics;
 pub mod serve;
 pub mod server;
+pub mod stats;
 pub mod streaming;
 pub mod tls;
 

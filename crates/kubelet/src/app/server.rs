@@ -162,6 +162,7 @@ impl NodeApi {
         if let Some(l) = self.read_only {
             let router = kubelet_server::server::auth_not_required(host.clone(), checks.clone())
                 .merge(kubelet_server::metrics::routes(w.metrics.clone()))
+                .merge(kubelet_server::stats::routes(w.host.clone()))
                 .merge(kubelet_server::server::debugging_disabled());
             let router = instrument(router, w.metrics.clone(), ServerType::ReadOnly);
             let stop = stop.child_token();
@@ -180,7 +181,8 @@ impl NodeApi {
         }
         let s = &w.cfg.server;
         let mut router = kubelet_server::server::auth_not_required(host.clone(), checks)
-            .merge(kubelet_server::metrics::routes(w.metrics.clone()));
+            .merge(kubelet_server::metrics::routes(w.metrics.clone()))
+            .merge(kubelet_server::stats::routes(w.host.clone()));
         if s.enable_debugging_handlers {
             let verbosity: Option<Arc<dyn VerbositySetter>> = if s.enable_debug_flags_handler {
                 Some(Arc::new(LogVerbosity))

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 mod logs;
 mod running;
+pub mod stats;
 mod streaming;
 
 use crate::pod_manager::PodManager;
@@ -45,6 +46,9 @@ pub struct KubeletHost {
     pub root_dir: PathBuf,
     /// Where container logs live (`/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// The previous CPU sample of each container, pod and the node, for
+    /// `usageNanoCores` when the runtime does not fill it.
+    pub cpu_usage: stats::CpuUsageCache,
 }
 
 #[async_trait::async_trait]
