@@ -223,6 +223,7 @@ impl App {
             root_dir: cfg.root_dir.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             cpu_usage: Default::default(),
+            summary_cache: Default::default(),
         });
         let (server_addr, read_only_addr) = self.node_api.addrs();
         self.node_api.spawn(

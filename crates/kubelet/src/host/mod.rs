@@ -49,6 +49,8 @@ pub struct KubeletHost {
     /// The previous CPU sample of each container, pod and the node, for
     /// `usageNanoCores` when the runtime does not fill it.
     pub cpu_usage: stats::CpuUsageCache,
+    /// One stats collection at a time, reused by concurrent scrapes.
+    pub summary_cache: stats::SummaryCache,
 }
 
 #[async_trait::async_trait]

@@ -24,6 +24,43 @@ use kubelet_server::stats::summary::{
 use kubelet_server::stats::{StatsError, StatsProvider, Summary};
 
 pub use self::cpu::CpuUsageCache;
+
+/// How long a collected summary answers further scrapes.
+pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One stats collection at a time, shared by concurrent scrapes: a summary
+/// younger than [`SUMMARY_REUSE`] is served again instead of asking the
+/// runtime (metrics-server, Prometheus and `kubectl top` scraping at once
+/// cost one collection). Upstream reads stats cAdvisor collected every 10 s.
+#[derive(Default)]
+pub struct SummaryCache {
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, bool, Summary)>>,
+}
+
+impl SummaryCache {
+    /// The cached summary when fresh enough (and full when `full` is asked),
+    /// else a new one from `collect`.
+    pub async fn get_or_collect<F, Fut>(
+        &self,
+        full: bool,
+        collect: F,
+    ) -> Result<Summary, StatsError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Summary, StatsError>>,
+    {
+        let mut last = self.last.lock().await;
+        if let Some((at, was_full, s)) = last.as_ref()
+            && at.elapsed() < SUMMARY_REUSE
+            && (*was_full || !full)
+        {
+            return Ok(s.clone());
+        }
+        let s = collect().await?;
+        *last = Some((tokio::time::Instant::now(), full, s.clone()));
+        Ok(s)
+    }
+}
 use super::KubeletHost;
 
 /// Key of the node's own CPU sample.
@@ -206,12 +243,13 @@ impl KubeletHost {
     /// Gathers the summary; `full` adds filesystems, network and limits.
     async fn collect(&self, full: bool) -> Result<Summary, StatsError> {
         let rt: &dyn RuntimeService = &self.remote;
-        let (sandboxes, containers, cstats, sbstats) = tokio::try_join!(
-            rt.list_pod_sandbox(None),
-            rt.list_containers(None),
-            self.list_container_stats(),
-            self.sandbox_stats(),
-        )?;
+        let (sandboxes, containers) =
+            tokio::try_join!(rt.list_pod_sandbox(None), rt.list_containers(None))?;
+        // One stats call at a time: containerd 1.6's stats calls race on
+        // its sandbox store and can crash it ("concurrent map read and map
+        // write" in getUsageNanoCores).
+        let cstats = self.list_container_stats().await?;
+        let sbstats = self.sandbox_stats().await?;
         let image_fs_usage = if full {
             self.remote
                 .image_fs_info()
@@ -511,17 +549,58 @@ impl KubeletHost {
 #[async_trait::async_trait]
 impl StatsProvider for KubeletHost {
     async fn summary(&self) -> Result<Summary, StatsError> {
-        self.collect(true).await
+        self.summary_cache
+            .get_or_collect(true, || self.collect(true))
+            .await
     }
 
     async fn cpu_and_memory_stats(&self) -> Result<Summary, StatsError> {
-        Ok(self.collect(false).await?.cpu_and_memory_only())
+        // A full summary collected moments ago serves as well.
+        let s = self
+            .summary_cache
+            .get_or_collect(false, || self.collect(false))
+            .await?;
+        Ok(s.cpu_and_memory_only())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_scrapes_share_one_collection() {
+        let cache = Arc::new(SummaryCache::default());
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let scrape = |full: bool| {
+            let cache = cache.clone();
+            let calls = calls.clone();
+            async move {
+                cache
+                    .get_or_collect(full, || async {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        Ok(Summary::default())
+                    })
+                    .await
+            }
+        };
+        let all = futures::future::join_all((0..8).map(|_| scrape(true))).await;
+        assert!(all.iter().all(Result::is_ok));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A cpu-and-memory scrape is served by the full summary.
+        scrape(false).await.expect("ok");
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        tokio::time::sleep(SUMMARY_REUSE).await;
+        scrape(true).await.expect("ok");
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "stale: collected again"
+        );
+    }
 
     #[test]
     fn chooses_ready_sandbox_and_running_containers() {
