@@ -14,7 +14,9 @@
 
 pub mod options;
 pub mod proxy;
+pub mod spdy;
 pub mod tunnel;
+pub mod v5;
 
 use std::sync::Arc;
 
@@ -52,18 +54,16 @@ pub const V5_PROTOCOL: &str = "v5.channel.k8s.io";
 /// refuses the protocol itself, which is what the upstream kubelet does in
 /// front of a runtime without v5. To switch on: declare `pub mod v5;` above,
 /// replace the body of [`serve_v5`], and set this to `true`.
-pub const V5_TRANSLATION: bool = false;
+pub const V5_TRANSLATION: bool = true;
 
-/// LEAD CALL SITE: serves an accepted `v5.channel.k8s.io` WebSocket by
-/// translating it to the runtime at `runtime_url`. Replace the body with
-/// `v5::serve(ws, runtime_url, opts).await` once `streaming/v5.rs` exists.
+/// Serves an accepted `v5.channel.k8s.io` WebSocket by translating it to
+/// SPDY toward the runtime at `runtime_url` ([`v5::serve`]).
 async fn serve_v5(
     ws: ServerWebSocket,
     runtime_url: Uri,
     opts: StreamOptions,
 ) -> Result<(), StreamError> {
-    drop((ws, runtime_url, opts));
-    Err(StreamError::Unsupported(V5_PROTOCOL))
+    v5::serve(ws, runtime_url, opts).await
 }
 
 /// What the streaming endpoints read of the kubelet (upstream

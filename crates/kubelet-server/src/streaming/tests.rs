@@ -391,8 +391,8 @@ async fn runtime_refusals_are_relayed() {
     let (base, _heads) = runtime().await;
     let host = FakeHost::new(Answer::Url(format!("{base}/refuse")));
     let addr = serve(host.clone()).await;
-    // Only v5 offered and v5 not translated: the runtime decides.
-    let ws = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n";
+    // A protocol nobody here serves: the runtime decides.
+    let ws = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v9.channel.k8s.io\r\n";
     let (head, body, _) = send(addr, "GET", "/exec/ns/p/c?command=ls&output=1", ws).await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert_eq!(body, "no v5!");
