@@ -133,6 +133,18 @@ start_containerd() {
       pkill -x containerd || true
       for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
     fi
+    # A containerd that is still shutting down (or still starting) holds no
+    # socket: give it time to exit or come up before deciding.
+    for _ in $(seq 50); do
+      containerd_up && return 0
+      pgrep -x containerd >/dev/null || break
+      sleep 0.2
+    done
+    if pgrep -x containerd >/dev/null && ! containerd_up; then
+      log "containerd is running without its socket; restarting it"
+      pkill -x containerd || true
+      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+    fi
     if ! pgrep -x containerd >/dev/null; then
       log "starting containerd (log: $LOGDIR/containerd.log)"
       setsid nohup containerd --config /etc/containerd/config.toml >>"$LOGDIR/containerd.log" 2>&1 < /dev/null &
