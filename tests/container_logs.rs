@@ -47,7 +47,9 @@ async fn container_logs_with_tail_since_limit_timestamps_and_follow_across_rotat
             "lg",
             "Always",
             BUSYBOX,
-            "echo one; echo two; echo three; echo oops >&2; sleep 3600",
+            // stdout and stderr are separate pipes: the pause keeps their
+            // lines in this order in the log file.
+            "echo one; echo two; echo three; sleep 0.5; echo oops >&2; sleep 3600",
         ),
     );
     let s = node
