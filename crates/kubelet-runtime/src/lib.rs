@@ -20,6 +20,7 @@ mod manager;
 pub mod pleg;
 pub mod pod_status;
 mod runtime_config;
+pub mod runtime_helper;
 mod sandbox;
 mod security_context;
 mod termination;
@@ -31,6 +32,7 @@ pub use error::{Error, Result, RetryClass};
 pub use manager::{KubeRuntimeManager, StartTimings, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
 pub use runtime_config::RuntimeConfig;
+pub use runtime_helper::{ContainerConfigError, RunContainerOptions, RuntimeHelper};
 pub use sandbox::qos_class as sandbox_qos_class;
 
 /// The `PodSandboxConfig` kubelet-rs sends for `pod` (for benchmarks and tools

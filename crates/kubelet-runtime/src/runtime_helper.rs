@@ -1,0 +1,46 @@
+//! What the runtime manager asks of the kubelet when it creates a container
+//! (upstream `kubecontainer.RuntimeHelper`): the container's environment and
+//! mounts (`GenerateRunContainerOptions`: `makeEnvironmentVariables`,
+//! `makeMounts`, the managed `/etc/hosts`) and the pod's image pull secrets
+//! (`getPullSecretsForPod`). The kubelet implements it over its volume
+//! manager, ConfigMap/Secret managers and service lister.
+
+use cri::pb;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+
+/// Environment and mounts of one container.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunContainerOptions {
+    /// Environment, in upstream's order; also what `$(VAR)` in command and
+    /// args expands against.
+    pub envs: Vec<pb::KeyValue>,
+    /// Volume mounts, `/etc/hosts` and the like (the termination log is
+    /// added by the runtime manager).
+    pub mounts: Vec<pb::Mount>,
+}
+
+/// The container's configuration could not be generated: the container is
+/// not created and waits with `CreateContainerConfigError` and this message
+/// (upstream's `ErrCreateContainerConfig`).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ContainerConfigError {
+    /// Upstream's message (`configmap "x" not found`, ...).
+    pub message: String,
+}
+
+/// The kubelet, as the runtime manager sees it while starting containers.
+#[async_trait::async_trait]
+pub trait RuntimeHelper: Send + Sync + 'static {
+    /// Environment and mounts for `c` of `pod`, whose sandbox has `pod_ips`.
+    async fn generate_run_container_options(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<RunContainerOptions, ContainerConfigError>;
+
+    /// The pod's `imagePullSecrets` that exist (missing ones are skipped with
+    /// a warning, as upstream).
+    async fn get_pull_secrets(&self, pod: &Pod) -> Vec<Secret>;
+}
