@@ -25,6 +25,7 @@ pub mod pod_workers;
 pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;
+pub mod volumemanager;
 
 pub use app::{App, AppHandle, Running};
 pub use error::Error as AppError;
