@@ -23,6 +23,7 @@ use crate::pod_start::{self, StartRecorder};
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
+use crate::volumemanager::VolumeManager;
 
 /// Syncs pods on a CRI runtime and records their status.
 pub struct RuntimePodSyncer {
@@ -38,6 +39,7 @@ pub struct RuntimePodSyncer {
     last_sync: Mutex<HashMap<String, Instant>>,
     created: Instant,
     start: Option<StartRecorder>,
+    volumes: Option<VolumeManager>,
 }
 
 impl RuntimePodSyncer {
@@ -60,7 +62,15 @@ impl RuntimePodSyncer {
             last_sync: Mutex::new(HashMap::new()),
             created: Instant::now(),
             start: None,
+            volumes: None,
         }
+    }
+
+    /// Waits for each pod's volumes before starting its containers, and
+    /// tears them down once the containers are gone.
+    pub fn with_volume_manager(mut self, volumes: VolumeManager) -> Self {
+        self.volumes = Some(volumes);
+        self
     }
 
     /// Observes pod startup latency and the startup breakdown in `metrics`.
@@ -257,6 +267,25 @@ impl RuntimePodSyncer {
         }
         self.record(p, &before);
         let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
+        if let Some(volumes) = &self.volumes
+            && let Err(e) = volumes.wait_for_attach_and_mount(p).await
+        {
+            // Upstream records the failure unless the wait merely timed out:
+            // each failed set-up already was a FailedMount event.
+            if !e.is_timeout() {
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_MOUNT,
+                    format!("Unable to attach or mount volumes: {e}"),
+                );
+            }
+            tracing::error!(error = %e, "Unable to attach or mount volumes for pod; skipping pod");
+            return SyncOutcome {
+                error: Some(Error::Volumes(e)),
+                requeue_after: None,
+            };
+        }
         let mut result = self.runtime.sync_pod(p, &before, now).await;
         pod_start::record_timings(&result.timings);
         if let Some(left) = left {
@@ -296,6 +325,10 @@ impl RuntimePodSyncer {
             .kill_pod(&status, pod::grace_period(p), true)
             .await
             .map_err(Error::Kill)?;
+        if let Some(volumes) = &self.volumes {
+            // The containers are stopped: nothing uses the volumes any more.
+            volumes.pod_terminated(uid, remove);
+        }
         if remove {
             // Killing changes states, not which containers and sandboxes exist.
             self.runtime

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubelet_types::events::reason::FAILED_MOUNT;
 use kubelet_types::events::{EventType, pod_ref};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -19,8 +20,6 @@ use super::{INITIAL_BACKOFF, Inner, MAX_BACKOFF, PodEntry, VolumeState};
 const LOOP_PERIOD: Duration = Duration::from_millis(100);
 /// A deadline on each operation (the plugins bound their own API calls).
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
-/// The event reason of a failed set-up (upstream `events.FailedMountVolume`).
-pub(crate) const FAILED_MOUNT: &str = "FailedMount";
 
 /// Adds the volume directories found on disk to the actual state, as
 /// volumes of pods nobody wants yet.
