@@ -56,8 +56,8 @@ impl TokenSource for Fake {
             t => t,
         };
         answer.spec.expiration_seconds = Some(ttl);
-        let exp = self.clock.now()
-            + SignedDuration::from_secs(ttl + self.skew.load(Ordering::SeqCst));
+        let exp =
+            self.clock.now() + SignedDuration::from_secs(ttl + self.skew.load(Ordering::SeqCst));
         answer.status = Some(TokenRequestStatus {
             token: format!("t{n}"),
             expiration_timestamp: Time(exp),
