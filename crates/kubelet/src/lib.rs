@@ -18,6 +18,7 @@ pub mod error;
 pub mod host;
 mod lifecycle;
 pub mod mirror;
+pub mod objects;
 pub mod pod_manager;
 mod pod_start;
 pub mod pod_sync;
