@@ -26,6 +26,7 @@ pub mod pod_workers;
 pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;
+pub mod volume_host;
 pub mod volumemanager;
 
 pub use app::{App, AppHandle, Running};
