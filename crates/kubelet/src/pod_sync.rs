@@ -23,6 +23,7 @@ use crate::pod_start::{self, StartRecorder};
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
+use crate::volume_host::KubeletVolumeHost;
 use crate::volumemanager::VolumeManager;
 
 /// Syncs pods on a CRI runtime and records their status.
@@ -39,7 +40,7 @@ pub struct RuntimePodSyncer {
     last_sync: Mutex<HashMap<String, Instant>>,
     created: Instant,
     start: Option<StartRecorder>,
-    volumes: Option<VolumeManager>,
+    volumes: Option<(VolumeManager, Arc<KubeletVolumeHost>)>,
 }
 
 impl RuntimePodSyncer {
@@ -68,8 +69,13 @@ impl RuntimePodSyncer {
 
     /// Waits for each pod's volumes before starting its containers, and
     /// tears them down once the containers are gone.
-    pub fn with_volume_manager(mut self, volumes: VolumeManager) -> Self {
-        self.volumes = Some(volumes);
+    /// `host` watches the objects each pod references while it lives.
+    pub fn with_volume_manager(
+        mut self,
+        volumes: VolumeManager,
+        host: Arc<KubeletVolumeHost>,
+    ) -> Self {
+        self.volumes = Some((volumes, host));
         self
     }
 
@@ -267,7 +273,10 @@ impl RuntimePodSyncer {
         }
         self.record(p, &before);
         let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
-        if let Some(volumes) = &self.volumes
+        if let Some((_, host)) = &self.volumes {
+            host.register_pod(p);
+        }
+        if let Some((volumes, _)) = &self.volumes
             && let Err(e) = volumes.wait_for_attach_and_mount(p).await
         {
             // Upstream records the failure unless the wait merely timed out:
@@ -325,9 +334,12 @@ impl RuntimePodSyncer {
             .kill_pod(&status, pod::grace_period(p), true)
             .await
             .map_err(Error::Kill)?;
-        if let Some(volumes) = &self.volumes {
+        if let Some((volumes, host)) = &self.volumes {
             // The containers are stopped: nothing uses the volumes any more.
             volumes.pod_terminated(uid, remove);
+            if remove {
+                host.unregister_pod(p);
+            }
         }
         if remove {
             // Killing changes states, not which containers and sandboxes exist.

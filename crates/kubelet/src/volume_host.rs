@@ -6,9 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_volume::host::TokenRequest;
 use kubelet_volume::{ObjectError, VolumeHost};
@@ -37,6 +35,23 @@ pub struct KubeletVolumeHost {
     pub node_labels: BTreeMap<String, String>,
     /// This node's allocatable resources.
     pub allocatable: BTreeMap<String, Quantity>,
+}
+
+impl KubeletVolumeHost {
+    /// Starts watching what `p` references (upstream registers pods with the
+    /// secret and configmap managers as the pod manager learns of them).
+    pub fn register_pod(&self, p: &Pod) {
+        self.config_maps.register_pod(p);
+        self.secrets.register_pod(p);
+    }
+
+    /// `p` is gone: stop watching what only it referenced, drop its tokens.
+    pub fn unregister_pod(&self, p: &Pod) {
+        self.config_maps.unregister_pod(p);
+        self.secrets.unregister_pod(p);
+        self.tokens
+            .delete_service_account_token(kubelet_types::pod::uid(p));
+    }
 }
 
 #[async_trait::async_trait]

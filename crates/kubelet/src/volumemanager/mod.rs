@@ -428,10 +428,19 @@ impl VolumeManager {
     /// token): rewrite the content volumes of the namespace's pods at once,
     /// and retry their failed set-ups without waiting out the backoff.
     pub fn objects_changed(&self, namespace: &str) {
+        self.rewrite(Some(namespace));
+    }
+
+    /// [`Self::objects_changed`] for every namespace (notifications were lost).
+    pub fn objects_changed_everywhere(&self) {
+        self.rewrite(None);
+    }
+
+    fn rewrite(&self, namespace: Option<&str>) {
         {
             let mut st = self.inner.state.lock();
             for e in st.pods.values_mut().filter(|e| e.desired) {
-                if e.pod.as_deref().map(pod::namespace) != Some(namespace) {
+                if namespace.is_some() && e.pod.as_deref().map(pod::namespace) != namespace {
                     continue;
                 }
                 for v in e.volumes.values_mut() {
