@@ -118,18 +118,120 @@ pub fn source_kind(v: &Volume) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Sets up `req.volume` (idempotent: called again to refresh content).
+/// Sets up `req.volume` (idempotent: called again to refresh content),
+/// then applies the pod's fsGroup where upstream does: emptyDir and local
+/// PVs apply it inside their set-up (only when freshly set up, with the
+/// pod's `fsGroupChangePolicy` for local PVs); configMap, secret,
+/// downwardAPI and projected get it here after every set-up, read-only
+/// attributes and no change policy, as upstream; hostPath never.
 pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<MountedVolume> {
-    let _ = host;
-    Err(Error::Unsupported {
-        volume: req.volume.name.clone(),
-        kind: source_kind(req.volume),
-    })
+    use names::*;
+    let plugin = plugin_for(req.volume)?;
+    match plugin {
+        EMPTY_DIR => crate::emptydir::set_up(host, req).await,
+        HOST_PATH => crate::hostpath::set_up(host, req).await,
+        LOCAL_VOLUME => crate::pvc::set_up(host, req).await,
+        // LEAD: wire the vdata helper's plugins here once merged:
+        // CONFIG_MAP => with_fs_group(req, crate::configmap::set_up(host, req).await?).await,
+        // SECRET => with_fs_group(req, crate::secret::set_up(host, req).await?).await,
+        // DOWNWARD_API => with_fs_group(req, crate::downwardapi::set_up(host, req).await?).await,
+        // PROJECTED => with_fs_group(req, crate::projected::set_up(host, req).await?).await,
+        _ => Err(Error::Unsupported {
+            volume: req.volume.name.clone(),
+            kind: source_kind(req.volume),
+        }),
+    }
 }
 
-/// Tears down the volume directory `dir` of plugin `plugin` (unmounting
-/// first; never deleting through a mount).
+/// Applies the pod's fsGroup to a volume written from apiserver objects
+/// (configMap, secret, downwardAPI, projected): read-only attributes, no
+/// change policy, after every set-up (upstream's `SetUpAt` of those
+/// plugins).
+pub async fn with_fs_group(req: SetUpRequest<'_>, mounted: MountedVolume) -> Result<MountedVolume> {
+    crate::ownership::set_volume_ownership_with(&mounted.host_path, req.fs_group(), None, true)
+        .await?;
+    Ok(mounted)
+}
+
+/// Tears down the volume directory `dir` of plugin `plugin`: unmounts it
+/// (tmpfs, bind), checks nothing is mounted there or below any more, then
+/// removes it (a local PV's mount point only with a non-recursive remove,
+/// as upstream's `CleanupMountPoint`). A missing directory is fine;
+/// hostPath has nothing to tear down.
 pub async fn tear_down(plugin: &str, dir: &Path) -> Result<()> {
-    let _ = (plugin, dir);
-    Ok(())
+    if plugin == names::HOST_PATH {
+        return Ok(());
+    }
+    let (plugin, dir) = (plugin.to_string(), dir.to_path_buf());
+    crate::mount::blocking(move || {
+        if plugin == names::EMPTY_DIR {
+            crate::emptydir::remove_ready_blocking(&dir)?;
+        }
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Ok(());
+        }
+        crate::mount::unmount_blocking(&dir)?;
+        let left = crate::mount::mounts_under_blocking(&dir)?;
+        if !left.is_empty() {
+            return Err(Error::Invalid(format!(
+                "cannot remove volume directory {}: still mounted at {}",
+                dir.display(),
+                left.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let removed = if plugin == names::LOCAL_VOLUME {
+            std::fs::remove_dir(&dir)
+        } else {
+            std::fs::remove_dir_all(&dir)
+        };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("remove volume directory", &dir)(e))
+            }
+            _ => {
+                tracing::debug!(plugin, dir = %dir.display(), "tore down volume");
+                Ok(())
+            }
+        }
+    })
+    .await
+}
+
+/// A volume directory found on disk: `(plugin dir name, volume name, path)`.
+pub type OnDiskVolume = (String, String, PathBuf);
+
+/// The volume directories of pod `uid` on disk
+/// (`<pods_dir>/<uid>/volumes/<plugin>/<name>`), for adopting them after a
+/// restart (upstream `getVolumesFromPodDir`). A pod without volumes gives
+/// an empty list.
+pub async fn reconstruct(pods_dir: &Path, uid: &str) -> Result<Vec<OnDiskVolume>> {
+    let root = pods_dir.join(uid).join("volumes");
+    crate::mount::blocking(move || {
+        let list = |dir: &Path| -> Result<Vec<(String, PathBuf)>> {
+            let entries = match std::fs::read_dir(dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                r => r.map_err(Error::io("read directory", dir))?,
+            };
+            let mut out = Vec::new();
+            for e in entries {
+                let e = e.map_err(Error::io("read directory", dir))?;
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push((e.file_name().to_string_lossy().into_owned(), e.path()));
+                }
+            }
+            out.sort();
+            Ok(out)
+        };
+        let mut found = Vec::new();
+        for (plugin, pdir) in list(&root)? {
+            for (name, path) in list(&pdir)? {
+                found.push((plugin.clone(), name, path));
+            }
+        }
+        Ok(found)
+    })
+    .await
 }

@@ -1,0 +1,343 @@
+//! PersistentVolumeClaim volumes (upstream `volumemanager/populator`'s
+//! claim resolution, `util.CheckNodeAffinity`, and the `local` and
+//! `hostPath` PV plugins): the claim must be Bound to a PV that names it;
+//! the PV's node affinity must match this node; a `local` PV is
+//! bind-mounted onto `kubernetes.io~local-volume/<pv-name>` (read-only when
+//! the pod's claim reference says so) and a `hostPath` PV is used in place.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume};
+
+use crate::hostpath::validate_path_no_backsteps;
+use crate::mount::{bind_mount, blocking, is_mount_point};
+use crate::plugin::{MountedVolume, SetUpRequest, names, volume_dir};
+use crate::{Error, Result, VolumeHost};
+
+/// PV source fields, for naming an unsupported one.
+const PV_SOURCES: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "csi",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "glusterfs",
+    "hostPath",
+    "iscsi",
+    "local",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// Sets up the pod volume `req.volume` (a `persistentVolumeClaim` source).
+pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<MountedVolume> {
+    let Some(src) = req.volume.persistent_volume_claim.as_ref() else {
+        return Err(Error::Invalid(format!(
+            "volume {:?} is not a persistentVolumeClaim volume",
+            req.volume.name
+        )));
+    };
+    let read_only = src.read_only.unwrap_or(false);
+    let pv = resolve(
+        host,
+        kubelet_types::pod::namespace(req.pod),
+        &src.claim_name,
+    )
+    .await?;
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.clone().unwrap_or_default();
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(Error::Unsupported {
+            volume: req.volume.name.clone(),
+            kind: "block-mode PersistentVolume".into(),
+        });
+    }
+    if let Err(e) = check_node_affinity(&pv, &host.node_labels()) {
+        return Err(Error::Invalid(format!(
+            "MountVolume.NodeAffinity check failed for volume {pv_name:?}: {e}"
+        )));
+    }
+    if let Some(local) = spec.local.as_ref() {
+        let dir = volume_dir(
+            req.pods_dir,
+            kubelet_types::pod::uid(req.pod),
+            names::LOCAL_VOLUME,
+            &pv_name,
+        );
+        set_up_local(&local.path, &pv_name, &dir, read_only, &req).await?;
+        return Ok(MountedVolume {
+            name: req.volume.name.clone(),
+            plugin: names::LOCAL_VOLUME,
+            host_path: dir,
+            read_only,
+            refresh: false,
+        });
+    }
+    if let Some(hp) = spec.host_path.as_ref() {
+        let path = crate::hostpath::check(hp).await?;
+        return Ok(MountedVolume {
+            name: req.volume.name.clone(),
+            plugin: names::HOST_PATH,
+            host_path: path,
+            read_only,
+            refresh: false,
+        });
+    }
+    let kind = match serde_json::to_value(&spec) {
+        Ok(serde_json::Value::Object(m)) => PV_SOURCES
+            .iter()
+            .find(|k| m.contains_key(**k))
+            .map_or("unknown", |k| *k)
+            .to_string(),
+        _ => "unknown".to_string(),
+    };
+    Err(Error::Unsupported {
+        volume: req.volume.name.clone(),
+        kind: format!("PersistentVolume {pv_name:?} source {kind}"),
+    })
+}
+
+/// The PV bound to claim `namespace/claim` (upstream
+/// `getPVCExtractPV` and `getPVSpec`, with the populator's messages).
+pub async fn resolve(
+    host: &dyn VolumeHost,
+    namespace: &str,
+    claim: &str,
+) -> Result<PersistentVolume> {
+    let fail =
+        |msg: String| Error::Invalid(format!("error processing PVC {namespace}/{claim}: {msg}"));
+    let pvc = host
+        .get_persistent_volume_claim(namespace, claim)
+        .await
+        .map_err(|e| fail(format!("failed to fetch PVC from API server: {e}")))?;
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err(fail(format!(
+            "can't start pod because PVC {namespace}/{claim} is being deleted"
+        )));
+    }
+    let phase = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let volume_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    if phase != "Bound" || volume_name.is_empty() {
+        return Err(fail(format!(
+            "PVC {namespace}/{claim} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume_name:?})"
+        )));
+    }
+    let pv = host
+        .get_persistent_volume(&volume_name)
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "failed to fetch PV {volume_name} from API server: {e}"
+            ))
+        })?;
+    let claim_uid = pvc.metadata.uid.clone().unwrap_or_default();
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return Err(fail(format!(
+            "found PV object {volume_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        )));
+    };
+    let ref_uid = claim_ref.uid.clone().unwrap_or_default();
+    if ref_uid != claim_uid {
+        return Err(fail(format!(
+            "found PV object {volume_name} but its pv.Spec.ClaimRef.UID ({ref_uid}) does not point to claim.UID ({claim_uid})"
+        )));
+    }
+    Ok(pv)
+}
+
+/// Upstream `localVolumeMounter.SetUpAt`: bind-mount the PV's path on the
+/// pod's directory for it, then (writable only) apply the fsGroup.
+async fn set_up_local(
+    path: &str,
+    pv_name: &str,
+    dir: &std::path::Path,
+    read_only: bool,
+    req: &SetUpRequest<'_>,
+) -> Result<()> {
+    if path.is_empty() {
+        return Err(Error::Invalid(format!(
+            "LocalVolume volume {pv_name:?} path is empty"
+        )));
+    }
+    if let Err(e) = validate_path_no_backsteps(path) {
+        return Err(Error::Invalid(format!("invalid path: {path} {e}")));
+    }
+    if is_mount_point(dir).await? {
+        return Ok(());
+    }
+    let d = dir.to_path_buf();
+    blocking(move || {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&d)
+            .map_err(Error::io("create local volume directory", &d))
+    })
+    .await?;
+    bind_mount(std::path::Path::new(path), dir, read_only).await?;
+    tracing::info!(pv = pv_name, dir = %dir.display(), read_only, "bind-mounted local volume");
+    if !read_only {
+        let policy = req
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|s| s.fs_group_change_policy.clone());
+        crate::ownership::set_volume_ownership(dir, req.fs_group(), policy.as_deref()).await?;
+    }
+    Ok(())
+}
+
+/// Upstream `storagehelpers.CheckNodeAffinity`: the PV's required node
+/// affinity must match a node with these labels (and no name, as upstream
+/// builds it).
+pub fn check_node_affinity(
+    pv: &PersistentVolume,
+    labels: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    let Some(required) = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+    else {
+        return Ok(());
+    };
+    if required
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, labels))
+    {
+        Ok(())
+    } else {
+        Err("no matching NodeSelectorTerms".into())
+    }
+}
+
+/// A term matches when it has requirements and all of them hold; an empty
+/// term matches nothing.
+fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let node_fields = BTreeMap::from([("metadata.name".to_string(), String::new())]);
+    exprs.iter().all(|r| requirement_matches(r, labels))
+        && fields.iter().all(|r| {
+            r.key == "metadata.name"
+                && matches!(r.operator.as_str(), "In" | "NotIn")
+                && requirement_matches(r, &node_fields)
+        })
+}
+
+/// One requirement against a label set (upstream
+/// `NodeSelectorRequirementsAsSelector` and `labels.Requirement.Matches`);
+/// an invalid requirement matches nothing.
+fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let value = labels.get(&r.key);
+    match r.operator.as_str() {
+        "In" => !values.is_empty() && value.is_some_and(|v| values.contains(v)),
+        "NotIn" => !values.is_empty() && value.is_none_or(|v| !values.contains(v)),
+        "Exists" => values.is_empty() && value.is_some(),
+        "DoesNotExist" => values.is_empty() && value.is_none(),
+        op @ ("Gt" | "Lt") => {
+            let [bound] = values else {
+                return false;
+            };
+            let (Ok(bound), Some(Ok(v))) = (bound.parse::<i64>(), value.map(|v| v.parse::<i64>()))
+            else {
+                return false;
+            };
+            if op == "Gt" { v > bound } else { v < bound }
+        }
+        _ => false,
+    }
+}
+
+/// A [`VolumeHost`] over fixed objects, for tests.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use crate::host::TokenRequest;
+    use crate::{ObjectError, VolumeHost};
+
+    /// Objects by name; labels and allocatable as given.
+    #[derive(Default)]
+    pub(crate) struct FakeHost {
+        pub(crate) pvcs: BTreeMap<String, PersistentVolumeClaim>,
+        pub(crate) pvs: BTreeMap<String, PersistentVolume>,
+        pub(crate) labels: BTreeMap<String, String>,
+        pub(crate) allocatable: BTreeMap<String, Quantity>,
+    }
+
+    fn not_found(resource: &'static str, name: &str) -> ObjectError {
+        ObjectError::NotFound {
+            resource,
+            name: name.to_string(),
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl VolumeHost for FakeHost {
+        async fn get_config_map(&self, _: &str, name: &str) -> Result<ConfigMap, ObjectError> {
+            Err(not_found("configmaps", name))
+        }
+        async fn get_secret(&self, _: &str, name: &str) -> Result<Secret, ObjectError> {
+            Err(not_found("secrets", name))
+        }
+        async fn get_service_account_token(&self, _: &TokenRequest) -> Result<String, ObjectError> {
+            Err(ObjectError::Other("no tokens".into()))
+        }
+        async fn get_persistent_volume_claim(
+            &self,
+            _: &str,
+            name: &str,
+        ) -> Result<PersistentVolumeClaim, ObjectError> {
+            self.pvcs
+                .get(name)
+                .cloned()
+                .ok_or_else(|| not_found("persistentvolumeclaims", name))
+        }
+        async fn get_persistent_volume(&self, name: &str) -> Result<PersistentVolume, ObjectError> {
+            self.pvs
+                .get(name)
+                .cloned()
+                .ok_or_else(|| not_found("persistentvolumes", name))
+        }
+        fn node_name(&self) -> String {
+            "node-a".into()
+        }
+        fn node_labels(&self) -> BTreeMap<String, String> {
+            self.labels.clone()
+        }
+        fn node_allocatable(&self) -> BTreeMap<String, Quantity> {
+            self.allocatable.clone()
+        }
+    }
+}
