@@ -336,3 +336,216 @@ fn page_size_mount_option(medium: &str, medium_size: Option<&str>, pod: &Pod) ->
     };
     Ok(format!("pagesize={size}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pvc::fake::FakeHost;
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, ResourceRequirements, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(containers: Vec<Container>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("uid-1".into()),
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(memory_limit: Option<&str>) -> Container {
+        Container {
+            name: "c".into(),
+            resources: memory_limit.map(|m| ResourceRequirements {
+                limits: Some(BTreeMap::from([("memory".into(), ApiQuantity(m.into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn volume(medium: Option<&str>, size_limit: Option<&str>) -> Volume {
+        Volume {
+            name: "cache".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: medium.map(Into::into),
+                size_limit: size_limit.map(|s| ApiQuantity(s.into())),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn host(memory: &str) -> FakeHost {
+        FakeHost {
+            allocatable: BTreeMap::from([("memory".into(), ApiQuantity(memory.into()))]),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn default_medium_is_a_0777_directory_and_set_up_again_keeps_data() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (p, v) = (pod(vec![container(None)]), volume(None, None));
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let m = set_up(&host("1Gi"), req).await.expect("set up");
+        let dir = tmp
+            .path()
+            .join("uid-1/volumes/kubernetes.io~empty-dir/cache");
+        assert_eq!(m.host_path, dir);
+        assert_eq!(m.plugin, names::EMPTY_DIR);
+        assert_eq!(
+            std::fs::metadata(&dir).expect("dir").permissions().mode() & 0o7777,
+            0o777
+        );
+        assert!(
+            tmp.path()
+                .join("uid-1/plugins/kubernetes.io~empty-dir/cache/ready")
+                .is_file()
+        );
+        std::fs::write(dir.join("data"), b"kept").expect("write");
+        // A restarted kubelet sets the volume up again.
+        set_up(&host("1Gi"), req).await.expect("set up again");
+        assert_eq!(std::fs::read(dir.join("data")).expect("read"), b"kept");
+        crate::plugin::tear_down(names::EMPTY_DIR, &dir)
+            .await
+            .expect("tear down");
+        assert!(!dir.exists());
+        assert!(
+            !tmp.path()
+                .join("uid-1/plugins/kubernetes.io~empty-dir/cache")
+                .exists()
+        );
+    }
+
+    #[tokio::test]
+    async fn memory_medium_is_a_tmpfs_of_the_size_limit_kept_across_set_ups() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (p, v) = (
+            pod(vec![container(None)]),
+            volume(Some("Memory"), Some("3Mi")),
+        );
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let m = set_up(&host("1Gi"), req).await.expect("set up");
+        assert_eq!(
+            crate::mount::fs_type(&m.host_path)
+                .await
+                .expect("fs")
+                .as_deref(),
+            Some("tmpfs")
+        );
+        let st = nix::sys::statvfs::statvfs(&m.host_path).expect("statvfs");
+        assert_eq!(st.blocks() * st.fragment_size(), 3 << 20);
+        std::fs::write(m.host_path.join("data"), b"kept").expect("write");
+        set_up(&host("1Gi"), req).await.expect("set up again");
+        assert_eq!(
+            std::fs::read(m.host_path.join("data")).expect("read"),
+            b"kept"
+        );
+        let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let canon = std::fs::canonicalize(&m.host_path).expect("canonical");
+        let n = info
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(canon.to_str().expect("utf8")))
+            .count();
+        assert_eq!(n, 1, "not mounted twice");
+        crate::plugin::tear_down(names::EMPTY_DIR, &m.host_path)
+            .await
+            .expect("tear down");
+        assert!(!m.host_path.exists());
+    }
+
+    #[test]
+    fn memory_size_is_the_smallest_of_allocatable_pod_limit_and_size_limit() {
+        let alloc = BTreeMap::from([("memory".to_string(), ApiQuantity("1Gi".into()))]);
+        let q = |s: &str| ApiQuantity(s.into());
+        let unlimited = pod(vec![container(Some("100Mi")), container(None)]);
+        assert_eq!(memory_size_limit(&alloc, &unlimited, None), Some(1 << 30));
+        let limited = pod(vec![container(Some("100Mi")), container(Some("28Mi"))]);
+        assert_eq!(memory_size_limit(&alloc, &limited, None), Some(128 << 20));
+        assert_eq!(
+            memory_size_limit(&alloc, &limited, Some(&q("64Mi"))),
+            Some(64 << 20)
+        );
+        assert_eq!(
+            memory_size_limit(&alloc, &limited, Some(&q("2Gi"))),
+            Some(128 << 20)
+        );
+        assert_eq!(memory_size_limit(&BTreeMap::new(), &limited, None), None);
+    }
+
+    #[tokio::test]
+    async fn bad_media_are_refused_with_upstream_messages() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = pod(vec![container(None)]);
+        let v = volume(Some("Disk"), None);
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let e = set_up(&host("1Gi"), req).await.expect_err("unknown");
+        assert_eq!(e.to_string(), "unknown storage medium \"Disk\"");
+        let v = volume(Some("HugePages"), None);
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let e = set_up(&host("1Gi"), req)
+            .await
+            .expect_err("no hugepage requests");
+        assert_eq!(
+            e.to_string(),
+            "medium HugePages: hugePages storage requested, but there is no resource request for huge pages"
+        );
+    }
+
+    #[test]
+    fn huge_page_size_comes_from_the_containers_requests() {
+        let with = |names: &[&str]| {
+            let mut c = container(None);
+            c.resources = Some(ResourceRequirements {
+                requests: Some(
+                    names
+                        .iter()
+                        .map(|n| ((*n).to_string(), ApiQuantity("4Mi".into())))
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+            pod(vec![c])
+        };
+        let p = with(&["hugepages-2Mi"]);
+        assert_eq!(
+            page_size_mount_option("HugePages", None, &p).expect("size"),
+            "pagesize=2Mi"
+        );
+        assert_eq!(
+            page_size_mount_option("HugePages-2Mi", Some("2Mi"), &p).expect("size"),
+            "pagesize=2Mi"
+        );
+        assert!(page_size_mount_option("HugePages-1Gi", Some("1Gi"), &p).is_err());
+        let p = with(&["hugepages-2Mi", "hugepages-1Gi"]);
+        assert_eq!(
+            page_size_mount_option("HugePages", None, &p)
+                .expect_err("two sizes")
+                .to_string(),
+            "medium: HugePages can't be used if container requests multiple huge page sizes"
+        );
+    }
+}

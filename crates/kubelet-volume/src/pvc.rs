@@ -341,3 +341,295 @@ pub(crate) mod fake {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeHost;
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        HostPathVolumeSource, LocalVolumeSource, NFSVolumeSource, NodeSelector, ObjectReference,
+        PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+        PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodSpec, Volume,
+        VolumeNodeAffinity,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::path::Path;
+
+    fn meta(name: &str, uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        }
+    }
+
+    fn pvc(phase: &str, volume_name: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: meta("claim", "claim-uid"),
+            spec: Some(PersistentVolumeClaimSpec {
+                volume_name: (!volume_name.is_empty()).then(|| volume_name.into()),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn pv(spec: PersistentVolumeSpec) -> PersistentVolume {
+        PersistentVolume {
+            metadata: meta("pv-1", "pv-uid"),
+            spec: Some(PersistentVolumeSpec {
+                claim_ref: Some(ObjectReference {
+                    uid: Some("claim-uid".into()),
+                    ..Default::default()
+                }),
+                ..spec
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn local_pv(path: &Path, affinity: Option<NodeSelectorRequirement>) -> PersistentVolume {
+        pv(PersistentVolumeSpec {
+            local: Some(LocalVolumeSource {
+                path: path.display().to_string(),
+                fs_type: None,
+            }),
+            node_affinity: affinity.map(|r| VolumeNodeAffinity {
+                required: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![r]),
+                        match_fields: None,
+                    }],
+                }),
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn req_in(key: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: "In".into(),
+            values: Some(values.iter().map(|v| (*v).to_string()).collect()),
+        }
+    }
+
+    fn host(claim: PersistentVolumeClaim, volume: PersistentVolume) -> FakeHost {
+        FakeHost {
+            pvcs: BTreeMap::from([("claim".to_string(), claim)]),
+            pvs: BTreeMap::from([("pv-1".to_string(), volume)]),
+            labels: BTreeMap::from([("kubernetes.io/hostname".to_string(), "node-a".to_string())]),
+            ..Default::default()
+        }
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: meta("p", "pod-uid"),
+            spec: Some(PodSpec::default()),
+            ..Default::default()
+        }
+    }
+
+    fn volume(read_only: bool) -> Volume {
+        Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "claim".into(),
+                read_only: Some(read_only),
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn set_up_err(h: &FakeHost, pods: &Path) -> String {
+        let (p, v) = (pod(), volume(false));
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: pods,
+        };
+        set_up(h, req).await.expect_err("refused").to_string()
+    }
+
+    #[tokio::test]
+    async fn local_pv_is_bind_mounted_under_the_pv_name_and_torn_down_without_touching_the_source()
+    {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("disk");
+        std::fs::create_dir(&source).expect("mkdir");
+        std::fs::write(source.join("keep"), b"x").expect("write");
+        let h = host(
+            pvc("Bound", "pv-1"),
+            local_pv(&source, Some(req_in("kubernetes.io/hostname", &["node-a"]))),
+        );
+        let pods = tmp.path().join("pods");
+        let (p, v) = (pod(), volume(true));
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: &pods,
+        };
+        let m = set_up(&h, req).await.expect("set up");
+        let dir = pods.join("pod-uid/volumes/kubernetes.io~local-volume/pv-1");
+        assert_eq!(m.host_path, dir);
+        assert_eq!(m.plugin, names::LOCAL_VOLUME);
+        assert_eq!(m.name, "data");
+        assert!(m.read_only);
+        assert!(is_mount_point(&dir).await.expect("mountinfo"));
+        assert_eq!(
+            std::fs::read(dir.join("keep")).expect("through the mount"),
+            b"x"
+        );
+        let e = std::fs::write(dir.join("new"), b"y").expect_err("read-only mount");
+        assert_eq!(e.raw_os_error(), Some(nix::errno::Errno::EROFS as i32));
+        set_up(&h, req).await.expect("idempotent");
+        crate::plugin::tear_down(names::LOCAL_VOLUME, &dir)
+            .await
+            .expect("tear down");
+        assert!(!dir.exists());
+        assert_eq!(
+            std::fs::read(source.join("keep")).expect("source kept"),
+            b"x"
+        );
+    }
+
+    #[tokio::test]
+    async fn node_affinity_mismatch_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let h = host(
+            pvc("Bound", "pv-1"),
+            local_pv(
+                tmp.path(),
+                Some(req_in("kubernetes.io/hostname", &["node-b"])),
+            ),
+        );
+        assert_eq!(
+            set_up_err(&h, tmp.path()).await,
+            "MountVolume.NodeAffinity check failed for volume \"pv-1\": no matching NodeSelectorTerms"
+        );
+        assert!(!tmp.path().join("pod-uid").exists(), "nothing mounted");
+    }
+
+    #[tokio::test]
+    async fn unbound_and_misbound_claims_are_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let h = host(pvc("Pending", ""), local_pv(tmp.path(), None));
+        assert_eq!(
+            set_up_err(&h, tmp.path()).await,
+            "error processing PVC ns/claim: PVC ns/claim has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
+        );
+        let mut other = local_pv(tmp.path(), None);
+        if let Some(s) = other.spec.as_mut() {
+            s.claim_ref = Some(ObjectReference {
+                uid: Some("someone-else".into()),
+                ..Default::default()
+            });
+        }
+        let h = host(pvc("Bound", "pv-1"), other);
+        assert_eq!(
+            set_up_err(&h, tmp.path()).await,
+            "error processing PVC ns/claim: found PV object pv-1 but its pv.Spec.ClaimRef.UID (someone-else) does not point to claim.UID (claim-uid)"
+        );
+        let h = FakeHost::default();
+        assert_eq!(
+            set_up_err(&h, tmp.path()).await,
+            "error processing PVC ns/claim: failed to fetch PVC from API server: persistentvolumeclaims \"claim\" not found"
+        );
+    }
+
+    #[tokio::test]
+    async fn host_path_pv_is_used_in_place_and_other_sources_are_unsupported() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let hp = pv(PersistentVolumeSpec {
+            host_path: Some(HostPathVolumeSource {
+                path: tmp.path().join("hp").display().to_string(),
+                type_: Some("DirectoryOrCreate".into()),
+            }),
+            ..Default::default()
+        });
+        let h = host(pvc("Bound", "pv-1"), hp);
+        let (p, v) = (pod(), volume(true));
+        let m = set_up(
+            &h,
+            SetUpRequest {
+                pod: &p,
+                volume: &v,
+                pods_dir: tmp.path(),
+            },
+        )
+        .await
+        .expect("set up");
+        assert_eq!(m.host_path, tmp.path().join("hp"));
+        assert_eq!(m.plugin, names::HOST_PATH);
+        assert!(m.read_only);
+        assert!(m.host_path.is_dir(), "the type check created it");
+        let nfs = pv(PersistentVolumeSpec {
+            nfs: Some(NFSVolumeSource {
+                path: "/x".into(),
+                server: "s".into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+        let h = host(pvc("Bound", "pv-1"), nfs);
+        let e = set_up(
+            &h,
+            SetUpRequest {
+                pod: &p,
+                volume: &v,
+                pods_dir: tmp.path(),
+            },
+        )
+        .await
+        .expect_err("nfs");
+        assert!(
+            matches!(&e, Error::Unsupported { kind, .. } if kind.contains("nfs")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn node_selector_operators() {
+        let labels = BTreeMap::from([
+            ("zone".to_string(), "a".to_string()),
+            ("gen".to_string(), "5".to_string()),
+        ]);
+        let r = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_string()).collect()),
+        };
+        assert!(requirement_matches(&r("zone", "In", &["a", "b"]), &labels));
+        assert!(!requirement_matches(&r("zone", "In", &["b"]), &labels));
+        assert!(requirement_matches(&r("zone", "NotIn", &["b"]), &labels));
+        assert!(requirement_matches(&r("missing", "NotIn", &["b"]), &labels));
+        assert!(!requirement_matches(&r("zone", "NotIn", &["a"]), &labels));
+        assert!(requirement_matches(&r("zone", "Exists", &[]), &labels));
+        assert!(!requirement_matches(
+            &r("zone", "DoesNotExist", &[]),
+            &labels
+        ));
+        assert!(requirement_matches(
+            &r("missing", "DoesNotExist", &[]),
+            &labels
+        ));
+        assert!(requirement_matches(&r("gen", "Gt", &["4"]), &labels));
+        assert!(!requirement_matches(&r("gen", "Gt", &["5"]), &labels));
+        assert!(requirement_matches(&r("gen", "Lt", &["6"]), &labels));
+        assert!(
+            !requirement_matches(&r("zone", "Lt", &["6"]), &labels),
+            "not a number"
+        );
+        assert!(!requirement_matches(&r("zone", "Bogus", &["a"]), &labels));
+        let empty = NodeSelectorTerm::default();
+        assert!(
+            !term_matches(&empty, &labels),
+            "an empty term matches nothing"
+        );
+    }
+}
