@@ -340,7 +340,7 @@ fn page_size_mount_option(medium: &str, medium_size: Option<&str>, pod: &Pod) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pvc::fake::FakeHost;
+    use crate::plugin::fake::FakeHost;
     use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, ResourceRequirements, Volume};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -235,3 +235,214 @@ pub async fn reconstruct(pods_dir: &Path, uid: &str) -> Result<Vec<OnDiskVolume>
     })
     .await
 }
+
+/// A [`VolumeHost`] over fixed objects, for tests.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use crate::host::TokenRequest;
+    use crate::{ObjectError, VolumeHost};
+
+    /// Objects by name; labels and allocatable as given.
+    #[derive(Default)]
+    pub(crate) struct FakeHost {
+        pub(crate) pvcs: BTreeMap<String, PersistentVolumeClaim>,
+        pub(crate) pvs: BTreeMap<String, PersistentVolume>,
+        pub(crate) labels: BTreeMap<String, String>,
+        pub(crate) allocatable: BTreeMap<String, Quantity>,
+    }
+
+    fn not_found(resource: &'static str, name: &str) -> ObjectError {
+        ObjectError::NotFound {
+            resource,
+            name: name.to_string(),
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl VolumeHost for FakeHost {
+        async fn get_config_map(&self, _: &str, name: &str) -> Result<ConfigMap, ObjectError> {
+            Err(not_found("configmaps", name))
+        }
+        async fn get_secret(&self, _: &str, name: &str) -> Result<Secret, ObjectError> {
+            Err(not_found("secrets", name))
+        }
+        async fn get_service_account_token(&self, _: &TokenRequest) -> Result<String, ObjectError> {
+            Err(ObjectError::Other("no tokens".into()))
+        }
+        async fn get_persistent_volume_claim(
+            &self,
+            _: &str,
+            name: &str,
+        ) -> Result<PersistentVolumeClaim, ObjectError> {
+            self.pvcs
+                .get(name)
+                .cloned()
+                .ok_or_else(|| not_found("persistentvolumeclaims", name))
+        }
+        async fn get_persistent_volume(&self, name: &str) -> Result<PersistentVolume, ObjectError> {
+            self.pvs
+                .get(name)
+                .cloned()
+                .ok_or_else(|| not_found("persistentvolumes", name))
+        }
+        fn node_name(&self) -> String {
+            "node-a".into()
+        }
+        fn node_labels(&self) -> BTreeMap<String, String> {
+            self.labels.clone()
+        }
+        fn node_allocatable(&self) -> BTreeMap<String, Quantity> {
+            self.allocatable.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, EmptyDirVolumeSource, NFSVolumeSource, PodSecurityContext, PodSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::fake::FakeHost;
+    use super::*;
+
+    fn pod(fs_group: Option<i64>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                security_context: Some(PodSecurityContext {
+                    fs_group,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn empty_dir_gets_the_fs_group_and_unknown_types_are_unsupported() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = pod(Some(4321));
+        let v = Volume {
+            name: "e".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        };
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let m = set_up(&FakeHost::default(), req).await.expect("set up");
+        let md = std::fs::metadata(&m.host_path).expect("dir");
+        assert_eq!(md.gid(), 4321);
+        assert_eq!(md.permissions().mode() & 0o7777, 0o2777);
+
+        let v = Volume {
+            name: "n".into(),
+            nfs: Some(NFSVolumeSource {
+                path: "/".into(),
+                server: "s".into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        };
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        let e = set_up(&FakeHost::default(), req).await.expect_err("nfs");
+        assert_eq!(
+            e.to_string(),
+            "no volume plugin matched for volume \"n\" of type nfs"
+        );
+        let v = Volume {
+            name: "cm".into(),
+            config_map: Some(ConfigMapVolumeSource::default()),
+            ..Default::default()
+        };
+        let req = SetUpRequest {
+            pod: &p,
+            volume: &v,
+            pods_dir: tmp.path(),
+        };
+        assert!(matches!(
+            set_up(&FakeHost::default(), req).await,
+            Err(Error::Unsupported { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn tear_down_never_deletes_through_a_mount_and_tolerates_missing_dirs() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("source");
+        std::fs::create_dir(&source).expect("mkdir");
+        std::fs::write(source.join("keep"), b"x").expect("write");
+        let dir = volume_dir(tmp.path(), "u", names::EMPTY_DIR, "e");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let nested = dir.join("nested");
+        crate::mount::bind_mount(&source, &nested, false)
+            .await
+            .expect("bind");
+
+        let e = tear_down(names::EMPTY_DIR, &dir)
+            .await
+            .expect_err("nested mount");
+        assert!(e.to_string().contains("still mounted"), "{e}");
+        assert!(
+            source.join("keep").exists(),
+            "nothing deleted through the mount"
+        );
+        crate::mount::unmount(&nested).await.expect("unmount");
+        tear_down(names::EMPTY_DIR, &dir).await.expect("tear down");
+        assert!(!dir.exists());
+        tear_down(names::EMPTY_DIR, &dir)
+            .await
+            .expect("missing is fine");
+        tear_down(names::HOST_PATH, &source)
+            .await
+            .expect("hostPath: nothing");
+        assert!(source.join("keep").exists());
+    }
+
+    #[tokio::test]
+    async fn reconstruct_lists_volume_directories() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert!(reconstruct(tmp.path(), "u").await.expect("none").is_empty());
+        for (plugin, name) in [
+            (names::EMPTY_DIR, "b"),
+            (names::EMPTY_DIR, "a"),
+            (names::SECRET, "s"),
+        ] {
+            std::fs::create_dir_all(volume_dir(tmp.path(), "u", plugin, name)).expect("mkdir");
+        }
+        std::fs::write(tmp.path().join("u/volumes/stray-file"), b"").expect("write");
+        let found = reconstruct(tmp.path(), "u").await.expect("list");
+        let names: Vec<_> = found
+            .iter()
+            .map(|(p, n, _)| (p.as_str(), n.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (names::EMPTY_DIR, "a"),
+                (names::EMPTY_DIR, "b"),
+                (names::SECRET, "s")
+            ]
+        );
+        assert_eq!(found[2].2, volume_dir(tmp.path(), "u", names::SECRET, "s"));
+    }
+}

@@ -276,76 +276,10 @@ fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, St
     }
 }
 
-/// A [`VolumeHost`] over fixed objects, for tests.
-#[cfg(test)]
-pub(crate) mod fake {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-    use crate::host::TokenRequest;
-    use crate::{ObjectError, VolumeHost};
-
-    /// Objects by name; labels and allocatable as given.
-    #[derive(Default)]
-    pub(crate) struct FakeHost {
-        pub(crate) pvcs: BTreeMap<String, PersistentVolumeClaim>,
-        pub(crate) pvs: BTreeMap<String, PersistentVolume>,
-        pub(crate) labels: BTreeMap<String, String>,
-        pub(crate) allocatable: BTreeMap<String, Quantity>,
-    }
-
-    fn not_found(resource: &'static str, name: &str) -> ObjectError {
-        ObjectError::NotFound {
-            resource,
-            name: name.to_string(),
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl VolumeHost for FakeHost {
-        async fn get_config_map(&self, _: &str, name: &str) -> Result<ConfigMap, ObjectError> {
-            Err(not_found("configmaps", name))
-        }
-        async fn get_secret(&self, _: &str, name: &str) -> Result<Secret, ObjectError> {
-            Err(not_found("secrets", name))
-        }
-        async fn get_service_account_token(&self, _: &TokenRequest) -> Result<String, ObjectError> {
-            Err(ObjectError::Other("no tokens".into()))
-        }
-        async fn get_persistent_volume_claim(
-            &self,
-            _: &str,
-            name: &str,
-        ) -> Result<PersistentVolumeClaim, ObjectError> {
-            self.pvcs
-                .get(name)
-                .cloned()
-                .ok_or_else(|| not_found("persistentvolumeclaims", name))
-        }
-        async fn get_persistent_volume(&self, name: &str) -> Result<PersistentVolume, ObjectError> {
-            self.pvs
-                .get(name)
-                .cloned()
-                .ok_or_else(|| not_found("persistentvolumes", name))
-        }
-        fn node_name(&self) -> String {
-            "node-a".into()
-        }
-        fn node_labels(&self) -> BTreeMap<String, String> {
-            self.labels.clone()
-        }
-        fn node_allocatable(&self) -> BTreeMap<String, Quantity> {
-            self.allocatable.clone()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::fake::FakeHost;
     use super::*;
+    use crate::plugin::fake::FakeHost;
     use k8s_openapi::api::core::v1::{
         HostPathVolumeSource, LocalVolumeSource, NFSVolumeSource, NodeSelector, ObjectReference,
         PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,

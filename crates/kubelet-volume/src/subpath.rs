@@ -373,3 +373,134 @@ fn remove_target(target: &Path) -> Result<()> {
         std::fs::remove_file(target).map_err(Error::io("remove", target))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Setup {
+        _tmp: tempfile::TempDir,
+        volume: PathBuf,
+        pods: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn setup() -> Setup {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let volume = tmp
+            .path()
+            .join("pods/uid/volumes/kubernetes.io~empty-dir/v");
+        std::fs::create_dir_all(volume.join("dir")).expect("mkdir");
+        std::fs::write(volume.join("dir/file"), b"inside").expect("write");
+        let outside = tmp.path().join("secret");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(outside.join("file"), b"outside").expect("write");
+        Setup {
+            pods: tmp.path().join("pods"),
+            volume,
+            outside,
+            _tmp: tmp,
+        }
+    }
+
+    async fn prepare(s: &Setup, sub: &str, index: usize) -> Result<PathBuf> {
+        prepare_safe_subpath(&s.volume, sub, &s.pods, "uid", "v", "c", index).await
+    }
+
+    #[tokio::test]
+    async fn a_directory_and_a_file_are_bind_mounted_then_cleaned() {
+        let s = setup();
+        let d = prepare(&s, "dir", 0).await.expect("dir");
+        assert_eq!(d, s.pods.join("uid/volume-subpaths/v/c/0"));
+        assert!(is_mount_point_blocking(&d).expect("mountinfo"));
+        assert_eq!(std::fs::read(d.join("file")).expect("read"), b"inside");
+        assert_eq!(
+            prepare(&s, "dir", 0).await.expect("again"),
+            d,
+            "already mounted"
+        );
+        let f = prepare(&s, "dir/file", 1).await.expect("file");
+        assert_eq!(std::fs::read(&f).expect("read"), b"inside");
+        clean_subpaths(&s.pods, "uid").await.expect("clean");
+        assert!(!s.pods.join("uid/volume-subpaths").exists());
+        assert_eq!(
+            std::fs::read(s.volume.join("dir/file")).expect("kept"),
+            b"inside"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_out_of_the_volume_is_refused() {
+        let s = setup();
+        std::os::unix::fs::symlink(&s.outside, s.volume.join("escape")).expect("symlink");
+        let e = prepare(&s, "escape", 0)
+            .await
+            .expect_err("escape")
+            .to_string();
+        assert!(e.contains("not within volume path"), "{e}");
+        let e = prepare(&s, "escape/file", 1)
+            .await
+            .expect_err("escape")
+            .to_string();
+        assert!(e.contains("not within volume path"), "{e}");
+        assert!(
+            !s.pods.join("uid/volume-subpaths/v/c/0").exists(),
+            "no target made"
+        );
+    }
+
+    #[test]
+    fn a_symlink_component_is_refused_by_the_safe_open() {
+        let s = setup();
+        std::os::unix::fs::symlink("dir", s.volume.join("inner")).expect("symlink");
+        let e = safe_open(&s.volume.join("inner/file"), &s.volume).expect_err("symlink");
+        assert!(e.starts_with("unexpected symlink found"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn absolute_and_backstep_subpaths_are_refused() {
+        let s = setup();
+        assert_eq!(
+            prepare(&s, "/etc", 0)
+                .await
+                .expect_err("absolute")
+                .to_string(),
+            "error SubPath `/etc` must not be an absolute path"
+        );
+        assert_eq!(
+            prepare(&s, "dir/../../x", 0)
+                .await
+                .expect_err("backstep")
+                .to_string(),
+            "unable to provision SubPath `dir/../../x`: must not contain '..'"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_subpath_is_created_with_the_volume_mode() {
+        let s = setup();
+        std::fs::set_permissions(&s.volume, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let d = prepare(&s, "new/deeper", 0).await.expect("created");
+        assert!(is_mount_point_blocking(&d).expect("mountinfo"));
+        let md = std::fs::metadata(s.volume.join("new/deeper")).expect("created");
+        assert_eq!(md.permissions().mode() & 0o7777, 0o777);
+        clean_subpaths(&s.pods, "uid").await.expect("clean");
+    }
+
+    #[tokio::test]
+    async fn safe_make_dir_does_not_create_through_a_symlink() {
+        let s = setup();
+        std::os::unix::fs::symlink(&s.outside, s.volume.join("escape")).expect("symlink");
+        let e = safe_make_dir(&s.volume, "escape/new", 0o755)
+            .await
+            .expect_err("escape")
+            .to_string();
+        assert!(e.contains("outside of allowed base"), "{e}");
+        assert!(!s.outside.join("new").exists());
+        safe_make_dir(&s.volume, "a/b", 0o750)
+            .await
+            .expect("inside");
+        assert!(s.volume.join("a/b").is_dir());
+    }
+}
