@@ -448,6 +448,15 @@ mod tests {
                 .as_deref(),
             Some("tmpfs")
         );
+        let mode = std::fs::metadata(&m.host_path)
+            .expect("root")
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o7777,
+            0o1777,
+            "tmpfs root as upstream mounts it (no mode option)"
+        );
         let st = nix::sys::statvfs::statvfs(&m.host_path).expect("statvfs");
         assert_eq!(st.blocks() * st.fragment_size(), 3 << 20);
         std::fs::write(m.host_path.join("data"), b"kept").expect("write");

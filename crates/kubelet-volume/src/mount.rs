@@ -140,6 +140,36 @@ pub fn mounts_under_blocking(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// The other mount points showing the same directory of the same file
+/// system as the mount point `path` (upstream `GetMountRefs`: same
+/// `major:minor` and root in `/proc/self/mountinfo`), e.g. other pods'
+/// bind mounts of one local PV.
+pub fn mount_refs_blocking(path: &Path) -> Result<Vec<PathBuf>> {
+    let Ok(canonical) = std::fs::canonicalize(path) else {
+        return Ok(Vec::new());
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(Error::io("read", "/proc/self/mountinfo"))?;
+    let entries: Vec<(String, String, PathBuf)> = info
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let dev = f.nth(2)?.to_string();
+            let root = unescape(f.next()?);
+            let mp = PathBuf::from(unescape(f.next()?));
+            Some((dev, root, mp))
+        })
+        .collect();
+    let Some((dev, root, _)) = entries.iter().rev().find(|e| e.2 == canonical) else {
+        return Ok(Vec::new());
+    };
+    Ok(entries
+        .iter()
+        .filter(|e| &e.0 == dev && &e.1 == root && e.2 != canonical)
+        .map(|e| e.2.clone())
+        .collect())
+}
+
 /// [`fs_type`], on the calling thread.
 pub fn fs_type_blocking(path: &Path) -> Result<Option<String>> {
     let Ok(canonical) = std::fs::canonicalize(path) else {

@@ -196,7 +196,32 @@ async fn set_up_local(
     .await?;
     bind_mount(std::path::Path::new(path), dir, read_only).await?;
     tracing::info!(pv = pv_name, dir = %dir.display(), read_only, "bind-mounted local volume");
-    if !read_only {
+    let d = dir.to_path_buf();
+    let pods_dir = req.pods_dir.to_path_buf();
+    let refs = blocking(move || {
+        Ok(crate::mount::mount_refs_blocking(&d)?
+            .into_iter()
+            .filter(|r| r.starts_with(std::fs::canonicalize(&pods_dir).unwrap_or(pods_dir.clone())))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    if let (Some(gid), false) = (req.fs_group(), refs.is_empty()) {
+        let p = std::path::PathBuf::from(path);
+        let old = blocking(move || {
+            std::fs::metadata(&p)
+                .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+                .map_err(Error::io("stat", &p))
+        })
+        .await?;
+        if i64::from(old) != gid {
+            tracing::warn!(
+                pv = pv_name,
+                "the requested fsGroup is {gid}, but the volume {pv_name} has GID {old}; the volume may not be shareable"
+            );
+        }
+    }
+    // Ownership is written only by the first pod to mount the volume.
+    if !read_only && refs.is_empty() {
         let policy = req
             .pod
             .spec
@@ -430,6 +455,63 @@ mod tests {
             std::fs::read(source.join("keep")).expect("source kept"),
             b"x"
         );
+    }
+
+    #[tokio::test]
+    async fn only_the_first_pod_mounting_a_local_pv_sets_its_fs_group() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("disk");
+        std::fs::create_dir(&source).expect("mkdir");
+        let h = host(pvc("Bound", "pv-1"), local_pv(&source, None));
+        let pods = tmp.path().join("pods");
+        let v = volume(false);
+        let with_group = |uid: &str, gid: i64| {
+            let mut p = pod();
+            p.metadata.uid = Some(uid.into());
+            p.spec = Some(PodSpec {
+                security_context: Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                    fs_group: Some(gid),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            p
+        };
+        let (p1, p2) = (with_group("one", 2001), with_group("two", 2002));
+        let gid =
+            || std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(&source).expect("stat"));
+        let m1 = set_up(
+            &h,
+            SetUpRequest {
+                pod: &p1,
+                volume: &v,
+                pods_dir: &pods,
+            },
+        )
+        .await
+        .expect("first");
+        assert_eq!(gid(), 2001);
+        let m2 = set_up(
+            &h,
+            SetUpRequest {
+                pod: &p2,
+                volume: &v,
+                pods_dir: &pods,
+            },
+        )
+        .await
+        .expect("second");
+        assert_eq!(
+            gid(),
+            2001,
+            "a volume mounted by another pod keeps its group"
+        );
+        for m in [m1, m2] {
+            crate::plugin::tear_down(names::LOCAL_VOLUME, &m.host_path)
+                .await
+                .expect("tear down");
+        }
+        assert!(source.is_dir());
     }
 
     #[tokio::test]
