@@ -11,7 +11,7 @@ pub mod backoff;
 pub mod cgroups;
 mod container;
 mod error;
-mod expansion;
+pub mod expansion;
 pub mod images;
 pub mod instrumented;
 pub mod labels;

@@ -16,6 +16,7 @@ pub mod active_deadline;
 mod app;
 pub mod error;
 pub mod host;
+pub mod kubelet_pods;
 mod lifecycle;
 pub mod mirror;
 pub mod objects;

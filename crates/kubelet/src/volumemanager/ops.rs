@@ -34,6 +34,10 @@ pub trait VolumeOps: Send + Sync + 'static {
     ) -> Result<MountedVolume, kubelet_volume::Error>;
     /// Tears down a volume directory.
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error>;
+    /// Unmounts and removes the pod's subPath bind mounts (upstream
+    /// `CleanSubPaths`), before its volumes are torn down.
+    async fn clean_subpaths(&self, pods_dir: &Path, uid: &str)
+    -> Result<(), kubelet_volume::Error>;
     /// Volume directories under `pods_dir` (upstream's reconstruction).
     async fn reconstruct(&self, pods_dir: &Path) -> Vec<OnDisk>;
     /// Removes a pod's directory once nothing is mounted under it (upstream
@@ -90,6 +94,14 @@ impl VolumeOps for KubeletVolumeOps {
 
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
         kubelet_volume::tear_down(plugin, dir).await
+    }
+
+    async fn clean_subpaths(
+        &self,
+        pods_dir: &Path,
+        uid: &str,
+    ) -> Result<(), kubelet_volume::Error> {
+        kubelet_volume::subpath::clean_subpaths(pods_dir, uid).await
     }
 
     async fn reconstruct(&self, pods_dir: &Path) -> Vec<OnDisk> {

@@ -223,17 +223,22 @@ fn failed(
 }
 
 async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
-    let (plugin, dir) = {
+    let (plugin, dir, pod_gone) = {
         let st = inner.state.lock();
-        let Some(v) = st.pods.get(uid).and_then(|e| e.volumes.get(name)) else {
+        let Some(e) = st.pods.get(uid) else { return };
+        let pod_gone = !e.desired;
+        let Some(v) = e.volumes.get(name) else {
             return;
         };
         let dir = v
             .on_disk
             .clone()
             .or_else(|| v.mounted.as_ref().map(|m| m.host_path.clone()));
-        (v.plugin, dir)
+        (v.plugin, dir, pod_gone)
     };
+    if pod_gone && let Err(e) = inner.ops.clean_subpaths(&inner.pods_dir, uid).await {
+        warn!(error = %e, "Cannot clean up the pod's subPath mounts");
+    }
     let result = match &dir {
         // hostPath volumes have no directory of their own to tear down.
         Some(d) if plugin != kubelet_volume::plugin::names::HOST_PATH => {

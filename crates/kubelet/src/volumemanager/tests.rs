@@ -74,6 +74,10 @@ impl VolumeOps for FakeOps {
         self.calls.lock().push(format!("tear_down {name}"));
         Ok(())
     }
+    async fn clean_subpaths(&self, _: &Path, uid: &str) -> Result<(), kubelet_volume::Error> {
+        self.calls.lock().push(format!("clean_subpaths {uid}"));
+        Ok(())
+    }
     async fn reconstruct(&self, _: &Path) -> Vec<OnDisk> {
         self.on_disk.lock().clone()
     }
@@ -259,7 +263,12 @@ async fn a_terminated_pod_has_its_volumes_torn_down_and_its_directory_removed() 
     settle().await;
     assert_eq!(
         f.ops.calls(),
-        vec!["set_up data", "tear_down data", "remove_dir u1"]
+        vec![
+            "set_up data",
+            "clean_subpaths u1",
+            "tear_down data",
+            "remove_dir u1"
+        ]
     );
     assert!(f.vm.get_mounted_volumes_for_pod("u1").is_empty());
     f.shutdown.cancel();
@@ -292,7 +301,12 @@ async fn volumes_found_after_a_restart_are_adopted_or_cleaned_once_allowed() {
     let calls = f.ops.calls();
     assert_eq!(
         calls,
-        vec!["set_up data", "tear_down data", "remove_dir gone"],
+        vec![
+            "set_up data",
+            "clean_subpaths gone",
+            "tear_down data",
+            "remove_dir gone"
+        ],
         "only the orphan is torn down"
     );
     f.shutdown.cancel();

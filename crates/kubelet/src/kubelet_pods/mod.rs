@@ -1,0 +1,4 @@
+//! What upstream's `kubelet_pods.go` makes for each container: its mounts
+//! ([`mounts`]).
+
+pub mod mounts;
