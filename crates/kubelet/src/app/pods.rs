@@ -172,9 +172,16 @@ impl Pipeline<'_> {
             pods: sources.pods.clone(),
             sources_ready: sources.ready.clone(),
             pod_cache: pleg.cache().clone(),
-            recorder: event_recorder,
+            recorder: event_recorder.clone(),
         }
         .spawn(tasks, stop);
+        self.manager.set_runtime_helper(Arc::new(
+            crate::kubelet_pods::helper::KubeletRuntimeHelper {
+                volumes: volumes.manager.clone(),
+                host: volumes.host.clone(),
+                recorder: event_recorder,
+            },
+        ));
         let mut syncer = RuntimePodSyncer::new(
             self.manager.clone(),
             status.clone(),
