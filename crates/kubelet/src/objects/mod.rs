@@ -79,3 +79,6 @@ pub(crate) async fn with_deadline<T>(
         ))),
     }
 }
+
+#[cfg(test)]
+mod api_tests;
