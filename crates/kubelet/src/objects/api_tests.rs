@@ -191,3 +191,44 @@ async fn claims_and_their_volumes_are_read_by_name() {
         "{e:?}"
     );
 }
+
+#[tokio::test]
+async fn removing_a_pod_drops_its_watches_and_tokens() {
+    let c = Cluster::start(Default::default()).await;
+    let pod: Pod = create(
+        Api::namespaced(c.admin().await, "default"),
+        serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
+                "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}],
+                "imagePullSecrets": [{"name": "pull"}]}
+        }),
+    )
+    .await;
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let o = super::Objects::new(
+        Some(c.node_client("n1").await),
+        Arc::new(SystemClock),
+        &tasks,
+        &stop,
+    );
+    o.register_pod(&pod);
+    assert_eq!(o.config_maps.watched().len(), 1);
+    assert_eq!(o.secrets.watched().len(), 1);
+    let req = TokenRequest {
+        namespace: "default".into(),
+        service_account: "default".into(),
+        audience: String::new(),
+        expiration_seconds: 3600,
+        pod_name: "p".into(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+    };
+    o.tokens.get_service_account_token(&req).await.unwrap();
+    assert_eq!(o.tokens.len(), 1);
+    o.unregister_pod(&pod);
+    assert!(o.config_maps.watched().is_empty());
+    assert!(o.secrets.watched().is_empty());
+    assert!(o.tokens.is_empty());
+    stop.cancel();
+}

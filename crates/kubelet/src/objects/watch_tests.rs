@@ -281,3 +281,54 @@ async fn standalone_reads_fail_with_no_client() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_watch_that_cannot_list_fails_reads_after_the_sync_timeout() {
+    let e = env().await;
+    // Not bound to n1: the Node authorizer refuses the watch.
+    let m = e
+        .manager
+        .clone()
+        .with_sync_timeout(Duration::from_millis(300));
+    m.register_pod(&pod("stray", &["cm"]));
+    let err = m.get_object("default", "cm").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to sync configmaps cache: timed out waiting for the condition"
+    );
+    e.stop.cancel();
+}
+
+#[tokio::test]
+async fn pull_secrets_are_watched_by_the_secret_manager() {
+    let e = env().await;
+    let admin: Api<Secret> = Api::namespaced(e.cluster.admin().await, "default");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pull", "namespace": "default"},
+        "stringData": {".dockerconfigjson": "{}"},
+        "type": "kubernetes.io/dockerconfigjson"
+    }))
+    .unwrap();
+    admin
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let pods: Api<Pod> = Api::namespaced(e.cluster.admin().await, "default");
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
+            "imagePullSecrets": [{"name": "pull"}]}
+    }))
+    .unwrap();
+    let p = pods.create(&PostParams::default(), &p).await.expect("pod");
+    let secrets = SecretManager::new(Some(e.cluster.node_client("n1").await), &e.tasks, &e.stop);
+    secrets.register_pod(&p);
+    assert_eq!(secrets.watched(), [ObjectKey::new("default", "pull")]);
+    let s = secrets.get_object("default", "pull").await.unwrap();
+    let data = s.data.unwrap_or_default();
+    assert_eq!(
+        data.get(".dockerconfigjson").map(|b| b.0.as_slice()),
+        Some(&b"{}"[..])
+    );
+    e.stop.cancel();
+}
