@@ -117,6 +117,15 @@ async fn the_service_lister_follows_every_namespace() {
         "{:?}",
         names(&l)
     );
+    // Watch events come in order: the headless one, first, is filtered.
+    let _: Service = create(
+        Api::namespaced(c.admin().await, "default"),
+        serde_json::json!({
+            "metadata": {"name": "headless", "namespace": "default"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}]}
+        }),
+    )
+    .await;
     let _: Service = create(
         Api::namespaced(c.admin().await, "kube-system"),
         serde_json::json!({
@@ -129,6 +138,24 @@ async fn the_service_lister_follows_every_namespace() {
         names(&l).contains(&"kube-system/dns".to_string())
     })
     .await;
+    assert!(
+        !names(&l).contains(&"default/headless".to_string()),
+        "headless services are not watched"
+    );
+    assert!(
+        c.api
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/services")
+            .all(|r| r.query.contains("fieldSelector=spec.clusterIP%21%3DNone")),
+        "{:?}",
+        c.api
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/services")
+            .map(|r| r.query.clone())
+            .collect::<Vec<_>>()
+    );
     let admin: Api<Service> = Api::namespaced(c.admin().await, "kube-system");
     admin
         .delete("dns", &Default::default())
