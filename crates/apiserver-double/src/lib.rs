@@ -38,6 +38,9 @@ pub mod strategy;
 pub mod token;
 pub mod validation;
 
+#[cfg(test)]
+mod kube_tests;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;

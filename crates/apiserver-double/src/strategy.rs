@@ -133,10 +133,10 @@ pub(crate) fn on_update(
 }
 
 fn default_str(obj: &mut Value, at: &str, field: &str, value: &str) {
-    if obj.pointer(at).is_none() {
-        if let Some(p) = at.strip_prefix('/') {
-            obj[p] = json!({});
-        }
+    if obj.pointer(at).is_none()
+        && let Some(p) = at.strip_prefix('/')
+    {
+        obj[p] = json!({});
     }
     if let Some(o) = obj.pointer_mut(at).and_then(Value::as_object_mut) {
         let e = o.entry(field).or_insert(json!(""));
