@@ -203,6 +203,10 @@ fn service_on_create(store: &Store, obj: &mut Value) -> Result<(), Vec<FieldErro
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
+    if obj.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName") {
+        // An ExternalName service is a DNS alias: no address, no ports needed.
+        return Ok(());
+    }
     let headless = requested == "None";
     let mut errs = Vec::new();
     let ports = obj

@@ -243,6 +243,25 @@ async fn a_metadata_name_watch_sees_only_its_object() {
         WatchEvent::Deleted(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("a")),
         other => panic!("want DELETED a, got {other:?}"),
     }
+    // An object created after the watch started is ADDED.
+    let mut events = cms
+        .watch(
+            &WatchParams::default().fields("metadata.name=c").timeout(30),
+            &rv,
+        )
+        .await
+        .expect("watch")
+        .boxed();
+    cms.create(
+        &PostParams::default(),
+        &from(json!({"metadata": {"name": "c"}})),
+    )
+    .await
+    .expect("cm c");
+    match events.try_next().await.expect("event").expect("open") {
+        WatchEvent::Added(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("c")),
+        other => panic!("want ADDED c, got {other:?}"),
+    }
     // Cluster-scoped kinds and metadata.namespace select too.
     let ns = Api::<Namespace>::all(admin.clone())
         .list(&ListParams::default().fields("metadata.name=kube-system"))
