@@ -3,7 +3,8 @@
 //! It serves the REST semantics a kubelet relies on, over TLS with client
 //! certificate and bearer-token authentication:
 //! - list and watch with `resourceVersion`, bookmarks, `fieldSelector`
-//!   (`spec.nodeName`), `labelSelector`, paging, and 410 Gone for a
+//!   (`spec.nodeName`, `metadata.name`, `metadata.namespace`, any field
+//!   path), `labelSelector`, paging, and 410 Gone for a
 //!   revision older than the kept history ([`store`]);
 //! - create/get/update/patch/delete with `resourceVersion` and `uid`
 //!   preconditions, JSON merge, strategic merge and JSON patch ([`patch`]),
@@ -13,7 +14,16 @@
 //!   QoS class set on create ([`qos`]), never by the kubelet's;
 //! - Node, Pod, Lease, Event, CSR (with the kubelet client auto-approver and
 //!   signer, [`csr`]), TokenReview and SubjectAccessReview ([`review`]); 401 for unknown credentials, 403 from
-//!   RBAC-like rules and NodeRestriction ([`auth`]);
+//!   RBAC-like rules, the Node authorizer's graph ([`graph`]) and
+//!   NodeRestriction ([`auth`]);
+//! - ConfigMap, Secret, Namespace, Service (ClusterIPs from
+//!   [`strategy::SERVICE_CIDR`]), ServiceAccount with the `token`
+//!   subresource (ES256 JWTs, [`token`]), PersistentVolume and
+//!   PersistentVolumeClaim ([`strategy`]);
+//! - what controllers publish: the system namespaces, the `kubernetes`
+//!   Service, each namespace's `default` ServiceAccount and
+//!   `kube-root-ca.crt` ConfigMap ([`controllers`]); a namespace is created
+//!   on first use;
 //! - fault injection: refuse connections, hang requests, answer 500s.
 //!
 //! Upstream behaviour it follows is named in each module; what it leaves out
@@ -37,6 +47,9 @@ pub mod store;
 pub mod strategy;
 pub mod token;
 pub mod validation;
+
+#[cfg(test)]
+mod kube_tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

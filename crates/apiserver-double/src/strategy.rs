@@ -133,10 +133,10 @@ pub(crate) fn on_update(
 }
 
 fn default_str(obj: &mut Value, at: &str, field: &str, value: &str) {
-    if obj.pointer(at).is_none() {
-        if let Some(p) = at.strip_prefix('/') {
-            obj[p] = json!({});
-        }
+    if obj.pointer(at).is_none()
+        && let Some(p) = at.strip_prefix('/')
+    {
+        obj[p] = json!({});
     }
     if let Some(o) = obj.pointer_mut(at).and_then(Value::as_object_mut) {
         let e = o.entry(field).or_insert(json!(""));
@@ -203,6 +203,10 @@ fn service_on_create(store: &Store, obj: &mut Value) -> Result<(), Vec<FieldErro
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
+    if obj.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName") {
+        // An ExternalName service is a DNS alias: no address, no ports needed.
+        return Ok(());
+    }
     let headless = requested == "None";
     let mut errs = Vec::new();
     let ports = obj

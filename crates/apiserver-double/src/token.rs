@@ -100,7 +100,7 @@ impl IssuedToken {
 
 /// The service account signing key and the tokens signed with it.
 pub struct Signer {
-    key: KeyPair,
+    pub(crate) key: KeyPair,
     kid: String,
     issued: RwLock<HashMap<String, IssuedToken>>,
 }

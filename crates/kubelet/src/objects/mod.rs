@@ -21,9 +21,21 @@ pub mod token;
 pub mod watch;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kubelet_client::clock::Clock;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
 pub use kubelet_volume::host::ObjectError;
+
+use pvc::PersistentVolumeGetter;
+use services::ServiceLister;
+use token::TokenManager;
+use watch::{ConfigMapManager, SecretManager};
 
 /// Deadline of one apiserver request made here (a GET, a TokenRequest), and
 /// how long a read waits for a new watch to list its object.
@@ -54,6 +66,57 @@ impl std::fmt::Display for ObjectKey {
     }
 }
 
+/// All of the object caches, sharing one client (`None`: standalone). Cheap
+/// to clone.
+#[derive(Clone)]
+pub struct Objects {
+    /// ConfigMaps of registered pods.
+    pub config_maps: ConfigMapManager,
+    /// Secrets of registered pods.
+    pub secrets: SecretManager,
+    /// Service-account tokens.
+    pub tokens: TokenManager,
+    /// Every Service (started here, as upstream starts its informer with the
+    /// kubelet).
+    pub services: ServiceLister,
+    /// Claims and volumes.
+    pub volumes: PersistentVolumeGetter,
+}
+
+impl Objects {
+    /// The caches, their tasks on `tasks` until `stop`.
+    pub fn new(
+        client: Option<Client>,
+        clock: Arc<dyn Clock>,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> Self {
+        Self {
+            config_maps: ConfigMapManager::new(client.clone(), tasks, stop),
+            secrets: SecretManager::new(client.clone(), tasks, stop),
+            tokens: TokenManager::new(client.clone(), clock, tasks, stop),
+            services: ServiceLister::new(client.clone(), tasks, stop),
+            volumes: PersistentVolumeGetter::new(client),
+        }
+    }
+
+    /// A pod was added or updated (upstream: the pod manager registers it
+    /// with the secret and configmap managers).
+    pub fn register_pod(&self, pod: &Pod) {
+        self.config_maps.register_pod(pod);
+        self.secrets.register_pod(pod);
+    }
+
+    /// A pod was removed: its references and its tokens go.
+    pub fn unregister_pod(&self, pod: &Pod) {
+        self.config_maps.unregister_pod(pod);
+        self.secrets.unregister_pod(pod);
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            self.tokens.delete_service_account_token(uid);
+        }
+    }
+}
+
 /// A kube error as an [`ObjectError`]: 404 is `NotFound` (upstream's
 /// `IsNotFound`), anything else keeps the client's message.
 pub(crate) fn object_error(resource: &'static str, name: &str, e: kube::Error) -> ObjectError {
@@ -79,3 +142,6 @@ pub(crate) async fn with_deadline<T>(
         ))),
     }
 }
+
+#[cfg(test)]
+mod api_tests;

@@ -1,8 +1,10 @@
-//! Every Service of the cluster, for the service environment variables
-//! (upstream: the kubelet's Service informer, `serviceLister` and
-//! `serviceHasSynced`). One watch of all namespaces into a store; containers
-//! needing service env wait until it has listed once (upstream's "services
-//! have not yet been read at least once, cannot construct envvars").
+//! Every Service of the cluster with a cluster IP, for the service
+//! environment variables (upstream: the kubelet's Service informer,
+//! `serviceLister` and `serviceHasSynced`). One watch of all namespaces with
+//! `fieldSelector=spec.clusterIP!=None` (headless services make no env
+//! vars, upstream issue 122394) into a store; containers needing service env
+//! wait until it has listed once (upstream's "services have not yet been read
+//! at least once, cannot construct envvars").
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,7 +64,8 @@ impl ServiceLister {
         self.standalone || self.store.synced.load(Ordering::Acquire)
     }
 
-    /// A snapshot of every Service, sorted by namespace and name.
+    /// A snapshot of every Service but headless ones, sorted by namespace
+    /// and name.
     pub fn services(&self) -> Vec<Service> {
         let map = self.store.services.lock();
         let mut keys: Vec<&ObjectKey> = map.keys().collect();
@@ -79,7 +82,8 @@ fn key(s: &Service) -> ObjectKey {
 
 /// The informer: list, watch, relist on 410, backoff on errors.
 async fn run(api: Api<Service>, store: Arc<Store>, stop: CancellationToken) {
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let cfg = watcher::Config::default().fields("spec.clusterIP!=None");
+    let stream = watcher::watcher(api, cfg).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listing: Option<HashMap<ObjectKey, Service>> = None;
     let mut healthy = true;

@@ -156,19 +156,21 @@ struct Inner<K> {
     changes: broadcast::Sender<ObjectKey>,
     tasks: TaskTracker,
     stop: CancellationToken,
-    sync_timeout: Duration,
 }
 
 /// Objects of kind `K` referenced by registered pods, each watched on its own
 /// (upstream `NewWatchBasedManager`). Cheap to clone.
 pub struct WatchBasedManager<K> {
     inner: Arc<Inner<K>>,
+    /// How long a read waits for a new watch's first list.
+    sync_timeout: Duration,
 }
 
 impl<K> Clone for WatchBasedManager<K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
+            sync_timeout: self.sync_timeout,
         }
     }
 }
@@ -189,23 +191,18 @@ impl<K: WatchedKind> WatchBasedManager<K> {
                 changes,
                 tasks: tasks.clone(),
                 stop: stop.clone(),
-                sync_timeout: REQUEST_DEADLINE,
             }),
+            sync_timeout: REQUEST_DEADLINE,
         }
     }
 
-    /// The same, waiting at most `timeout` for a new watch's first list.
-    /// Only for a manager not yet shared or registered with.
+    /// The same manager, whose reads wait at most `timeout` for a new
+    /// watch's first list (default [`REQUEST_DEADLINE`]).
     #[must_use]
     pub fn with_sync_timeout(self, timeout: Duration) -> Self {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.sync_timeout = timeout;
-                Self {
-                    inner: Arc::new(inner),
-                }
-            }
-            Err(inner) => Self { inner },
+        Self {
+            sync_timeout: timeout,
+            ..self
         }
     }
 
@@ -328,7 +325,7 @@ impl<K: WatchedKind> WatchBasedManager<K> {
             return got.ok_or_else(|| not_found::<K>(name));
         };
         let mut synced = cache.synced.subscribe();
-        let waited = tokio::time::timeout(self.inner.sync_timeout, synced.wait_for(|s| *s)).await;
+        let waited = tokio::time::timeout(self.sync_timeout, synced.wait_for(|s| *s)).await;
         if !matches!(waited, Ok(Ok(_))) {
             return Err(ObjectError::Other(format!(
                 "failed to sync {} cache: timed out waiting for the condition",

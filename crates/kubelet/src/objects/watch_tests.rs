@@ -17,7 +17,7 @@ fn pod(uid: &str, config_maps: &[&str]) -> Pod {
         .collect();
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("pod-{uid}"), "namespace": "default", "uid": uid},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}], "volumes": volumes}
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}], "volumes": volumes}
     }))
     .unwrap()
 }
@@ -67,6 +67,18 @@ async fn env() -> Env {
 }
 
 impl Env {
+    /// Creates `pod` (bound to n1, so the Node authorizer lets n1 read what
+    /// it references) and registers it.
+    async fn bind(&self, pod: &Pod) -> Pod {
+        let pods: Api<Pod> = Api::namespaced(self.cluster.admin().await, "default");
+        let created = pods
+            .create(&PostParams::default(), pod)
+            .await
+            .expect("create pod");
+        self.manager.register_pod(&created);
+        created
+    }
+
     async fn create(&self, cm: &ConfigMap) {
         self.admin
             .create(&PostParams::default(), cm)
@@ -123,7 +135,7 @@ async fn next_change(rx: &mut broadcast::Receiver<ObjectKey>) -> ObjectKey {
 async fn an_update_is_announced_and_read_from_the_watch() {
     let e = env().await;
     e.create(&config_map("cm", "v1", false)).await;
-    e.manager.register_pod(&pod("u1", &["cm"]));
+    e.bind(&pod("u1", &["cm"])).await;
     assert_eq!(e.manager.watched(), [ObjectKey::new("default", "cm")]);
     let cm = e.manager.get_object("default", "cm").await.unwrap();
     assert_eq!(value(&cm), "v1");
@@ -152,7 +164,7 @@ async fn an_update_is_announced_and_read_from_the_watch() {
 #[tokio::test]
 async fn a_missing_object_is_not_found_until_it_is_created() {
     let e = env().await;
-    e.manager.register_pod(&pod("u1", &["later"]));
+    e.bind(&pod("u1", &["later"])).await;
     let err = e.manager.get_object("default", "later").await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
     let mut rx = e.manager.subscribe();
@@ -171,13 +183,11 @@ async fn the_watch_stops_with_the_last_reference() {
     let e = env().await;
     e.create(&config_map("shared", "v1", false)).await;
     e.create(&config_map("own", "v1", false)).await;
-    let a = pod("a", &["shared", "own"]);
-    let b = pod("b", &["shared"]);
-    e.manager.register_pod(&a);
-    e.manager.register_pod(&b);
+    let a = e.bind(&pod("a", &["shared", "own", "nope"])).await;
+    let b = e.bind(&pod("b", &["shared"])).await;
     // Registering again changes nothing.
     e.manager.register_pod(&b);
-    assert_eq!(e.tasks.len(), 2, "one watch per object");
+    assert_eq!(e.tasks.len(), 3, "one watch per object");
 
     e.manager.unregister_pod(&a);
     assert_eq!(e.manager.watched(), [ObjectKey::new("default", "shared")]);
@@ -211,7 +221,7 @@ async fn a_pod_update_moves_its_references() {
 async fn an_immutable_objects_watch_stops_after_a_read() {
     let e = env().await;
     e.create(&config_map("frozen", "v1", true)).await;
-    e.manager.register_pod(&pod("a", &["frozen"]));
+    e.bind(&pod("a", &["frozen"])).await;
     let cm = e.manager.get_object("default", "frozen").await.unwrap();
     assert_eq!(value(&cm), "v1");
     e.watches_stopped().await;
@@ -270,4 +280,55 @@ async fn standalone_reads_fail_with_no_client() {
         matches!(&err, ObjectError::NoClient { resource: "secrets", namespace, name } if namespace == "ns" && name == "pull"),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn a_watch_that_cannot_list_fails_reads_after_the_sync_timeout() {
+    let e = env().await;
+    // Not bound to n1: the Node authorizer refuses the watch.
+    let m = e
+        .manager
+        .clone()
+        .with_sync_timeout(Duration::from_millis(300));
+    m.register_pod(&pod("stray", &["cm"]));
+    let err = m.get_object("default", "cm").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to sync configmaps cache: timed out waiting for the condition"
+    );
+    e.stop.cancel();
+}
+
+#[tokio::test]
+async fn pull_secrets_are_watched_by_the_secret_manager() {
+    let e = env().await;
+    let admin: Api<Secret> = Api::namespaced(e.cluster.admin().await, "default");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pull", "namespace": "default"},
+        "stringData": {".dockerconfigjson": "{}"},
+        "type": "kubernetes.io/dockerconfigjson"
+    }))
+    .unwrap();
+    admin
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let pods: Api<Pod> = Api::namespaced(e.cluster.admin().await, "default");
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
+            "imagePullSecrets": [{"name": "pull"}]}
+    }))
+    .unwrap();
+    let p = pods.create(&PostParams::default(), &p).await.expect("pod");
+    let secrets = SecretManager::new(Some(e.cluster.node_client("n1").await), &e.tasks, &e.stop);
+    secrets.register_pod(&p);
+    assert_eq!(secrets.watched(), [ObjectKey::new("default", "pull")]);
+    let s = secrets.get_object("default", "pull").await.unwrap();
+    let data = s.data.unwrap_or_default();
+    assert_eq!(
+        data.get(".dockerconfigjson").map(|b| b.0.as_slice()),
+        Some(&b"{}"[..])
+    );
+    e.stop.cancel();
 }
