@@ -27,8 +27,9 @@
 //! - fault injection: refuse connections, hang requests, answer 500s.
 //!
 //! Upstream behaviour it follows is named in each module; what it leaves out
-//! (admission beyond NodeRestriction, server-side apply, protobuf, field
-//! managers) is not used by kubelet-rs.
+//! (admission beyond NodeRestriction and the opt-in ServiceAccount plugin,
+//! [`admission`]; server-side apply, protobuf, field managers) is not used
+//! by kubelet-rs.
 
 pub mod admission;
 pub mod auth;
