@@ -27,9 +27,11 @@
 //! - fault injection: refuse connections, hang requests, answer 500s.
 //!
 //! Upstream behaviour it follows is named in each module; what it leaves out
-//! (admission beyond NodeRestriction, server-side apply, protobuf, field
-//! managers) is not used by kubelet-rs.
+//! (admission beyond NodeRestriction and the opt-in ServiceAccount plugin,
+//! [`admission`]; server-side apply, protobuf, field managers) is not used
+//! by kubelet-rs.
 
+pub mod admission;
 pub mod auth;
 pub mod controllers;
 pub mod csr;
@@ -121,6 +123,11 @@ pub struct Options {
     /// TokenRequests, and what a service account token must be for to
     /// authenticate to the double.
     pub api_audiences: Vec<String>,
+    /// Whether the ServiceAccount admission plugin runs on pod creation
+    /// ([`admission`]: default service account, the `kube-api-access-*`
+    /// volume and mounts, pull secrets from the service account). Upstream
+    /// always runs it; off by default here so pods stay as tests wrote them.
+    pub service_account_admission: bool,
 }
 
 /// kubeadm's service account issuer (and API audience).
@@ -138,6 +145,7 @@ impl Default for Options {
             access_rules: Vec::new(),
             service_account_issuer: DEFAULT_ISSUER.to_string(),
             api_audiences: vec![DEFAULT_ISSUER.to_string()],
+            service_account_admission: false,
         }
     }
 }

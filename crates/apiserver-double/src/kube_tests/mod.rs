@@ -22,8 +22,12 @@ pub(super) struct Cluster {
 
 impl Cluster {
     pub(super) async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub(super) async fn start_with(options: Options) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let api = ApiServer::start(Options::default()).await.expect("double");
+        let api = ApiServer::start(options).await.expect("double");
         let dir = std::env::temp_dir().join(format!("apiserver-double-{}", crate::rest::new_uid()));
         std::fs::create_dir_all(&dir).expect("dir");
         Self { api, dir }

@@ -133,3 +133,52 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
     );
     assert_eq!(code, 403);
 }
+
+#[tokio::test]
+async fn admitted_pods_reach_their_api_access_objects() {
+    let c = Cluster::start_with(crate::Options {
+        service_account_admission: true,
+        ..crate::Options::default()
+    })
+    .await;
+    let admin = c.admin().await;
+    let pod = create_pod(&admin, "apps", "p", "n1", json!({})).await;
+    let spec = pod.spec.clone().expect("spec");
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    let vol = &spec.volumes.expect("volumes")[0];
+    assert!(vol.name.starts_with("kube-api-access-"), "{}", vol.name);
+    let mounts = spec.containers[0].volume_mounts.clone().expect("mounts");
+    assert_eq!(mounts[0].mount_path, crate::admission::API_TOKEN_MOUNT_PATH);
+    let n1 = c.node("n1").await;
+    Api::<ConfigMap>::namespaced(n1.clone(), "apps")
+        .get("kube-root-ca.crt")
+        .await
+        .expect("the volume's configmap");
+    Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
+        .create_token_request(
+            "default",
+            &PostParams::default(),
+            &token_request(None, Some(3607), Some(&pod)),
+        )
+        .await
+        .expect("the volume's token");
+    let (code, msg) = api_error(
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "apps")
+            .create(
+                &PostParams::default(),
+                &from(
+                    json!({"metadata": {"name": "q"}, "spec": {"serviceAccountName": "robot",
+                    "containers": [{"name": "c", "image": "busybox"}]}}),
+                ),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "pods \"q\" is forbidden: error looking up service account apps/robot: serviceaccount \"robot\" not found"
+        )
+    );
+}

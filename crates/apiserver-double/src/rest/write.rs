@@ -105,6 +105,16 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
     obj["metadata"] = meta;
     match t.kind.resource {
         "pods" => {
+            if shared.options.service_account_admission {
+                crate::controllers::ensure_namespace(&mut store, &k.namespace, ca);
+                if let Err(why) = crate::admission::admit_pod(&store, &t.namespace, &mut obj) {
+                    return status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!("pods \"{name}\" is forbidden: {why}"),
+                    );
+                }
+            }
             if let Err(r) = pod_on_create(t, &name, &mut obj) {
                 return r;
             }
