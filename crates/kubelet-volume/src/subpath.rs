@@ -233,9 +233,7 @@ fn safe_make_dir_blocking(subdir: &str, base: &Path, perm: u32) -> Result<()> {
         if md.is_dir() {
             return Ok(());
         }
-        return Err(Error::io("mkdir", &full)(
-            std::io::Error::from_raw_os_error(libc_enotdir()),
-        ));
+        return Err(Error::io("mkdir", &full)(nix::errno::Errno::ENOTDIR.into()));
     }
     let (existing, to_create) = find_existing_prefix(&base, subdir)?;
     let existing_real = std::fs::canonicalize(&existing).map_err(|e| {
@@ -278,10 +276,6 @@ fn safe_make_dir_blocking(subdir: &str, base: &Path, perm: u32) -> Result<()> {
         parent = child;
     }
     Ok(())
-}
-
-fn libc_enotdir() -> i32 {
-    nix::errno::Errno::ENOTDIR as i32
 }
 
 /// Upstream `findExistingPrefix`: the longest existing prefix of
