@@ -53,7 +53,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
     }
     if let Err(e) = check_node_affinity(&pv, &host.node_labels()) {
         return Err(Error::Invalid(format!(
-            "MountVolume.NodeAffinity check failed for volume {pv_name:?}: {e}"
+            "MountVolume.NodeAffinity check failed for volume {pv_name:?} : {e}"
         )));
     }
     if let Some(local) = spec.local.as_ref() {
@@ -429,7 +429,7 @@ mod tests {
         let h = host(pvc("Bound", "pv-1"), local_pv(tmp.path(), Some("node-b")));
         assert_eq!(
             set_up_err(&h, tmp.path()).await,
-            "MountVolume.NodeAffinity check failed for volume \"pv-1\": no matching NodeSelectorTerms"
+            "MountVolume.NodeAffinity check failed for volume \"pv-1\" : no matching NodeSelectorTerms"
         );
         assert!(!tmp.path().join("pod-uid").exists(), "nothing mounted");
         let h = host(pvc("Pending", ""), local_pv(tmp.path(), None));
