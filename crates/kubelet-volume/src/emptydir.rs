@@ -185,17 +185,19 @@ fn set_ready(meta: &Path) -> Result<()> {
         .map_err(Error::io("chmod", &ready))
 }
 
-/// Removes the ready marker of the emptyDir whose volume directory is
-/// `dir` (`<pod>/volumes/kubernetes.io~empty-dir/<name>`), as upstream's
-/// TearDown does first.
-pub(crate) fn remove_ready_blocking(dir: &Path) -> Result<()> {
-    let (Some(name), Some(pod_dir)) = (
-        dir.file_name(),
-        dir.parent().and_then(Path::parent).and_then(Path::parent),
-    ) else {
+/// Removes the emptyDir ready marker named `meta_name` of the pod whose
+/// volume directory is `dir` (`<pod>/volumes/<plugin>/<name>`): `<name>`
+/// for an emptyDir, `wrapped_<name>` for the volumes upstream sets up
+/// through a wrapped emptyDir (configMap, secret, downwardAPI, projected).
+/// Upstream's emptyDir TearDown does this first.
+pub(crate) fn remove_ready_blocking(dir: &Path, meta_name: &str) -> Result<()> {
+    let Some(pod_dir) = dir.parent().and_then(Path::parent).and_then(Path::parent) else {
         return Ok(());
     };
-    let meta = pod_dir.join("plugins").join(names::EMPTY_DIR).join(name);
+    let meta = pod_dir
+        .join("plugins")
+        .join(names::EMPTY_DIR)
+        .join(meta_name);
     match std::fs::remove_dir_all(&meta) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(Error::io("remove ready dir", meta)(e))

@@ -55,38 +55,38 @@ pub async fn mount_tmpfs(path: &Path, size_bytes: Option<u64>, mode: u32) -> Res
 /// asked (a second remount, as Linux needs).
 pub async fn bind_mount(source: &Path, target: &Path, read_only: bool) -> Result<()> {
     let (source, target) = (source.to_path_buf(), target.to_path_buf());
-    blocking(move || {
-        if !target.exists() {
-            if source.is_dir() {
-                std::fs::create_dir_all(&target)
-                    .map_err(Error::io("create mount point", &target))?;
-            } else {
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(Error::io("create directory", parent))?;
-                }
-                std::fs::File::create(&target).map_err(Error::io("create mount point", &target))?;
+    blocking(move || bind_mount_blocking(&source, &target, read_only)).await
+}
+
+/// [`bind_mount`], on the calling thread.
+pub fn bind_mount_blocking(source: &Path, target: &Path, read_only: bool) -> Result<()> {
+    if !target.exists() {
+        if source.is_dir() {
+            std::fs::create_dir_all(target).map_err(Error::io("create mount point", target))?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(Error::io("create directory", parent))?;
             }
+            std::fs::File::create(target).map_err(Error::io("create mount point", target))?;
         }
-        if is_mount_point_blocking(&target)? {
-            return Ok(());
-        }
-        let mount = |flags: MsFlags| {
-            nix::mount::mount(Some(&source), &target, None::<&str>, flags, None::<&str>).map_err(
-                |e| Error::Mount {
-                    context: "bind mount on",
-                    path: target.clone(),
-                    source: e,
-                },
-            )
-        };
-        mount(MsFlags::MS_BIND)?;
-        if read_only {
-            mount(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY)?;
-        }
-        Ok(())
-    })
-    .await
+    }
+    if is_mount_point_blocking(target)? {
+        return Ok(());
+    }
+    let mount = |flags: MsFlags| {
+        nix::mount::mount(Some(source), target, None::<&str>, flags, None::<&str>).map_err(|e| {
+            Error::Mount {
+                context: "bind mount on",
+                path: target.to_path_buf(),
+                source: e,
+            }
+        })
+    };
+    mount(MsFlags::MS_BIND)?;
+    if read_only {
+        mount(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY)?;
+    }
+    Ok(())
 }
 
 /// Unmounts `path` if it is a mount point (all stacked mounts); a path that

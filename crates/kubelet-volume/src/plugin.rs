@@ -164,8 +164,16 @@ pub async fn tear_down(plugin: &str, dir: &Path) -> Result<()> {
     }
     let (plugin, dir) = (plugin.to_string(), dir.to_path_buf());
     crate::mount::blocking(move || {
-        if plugin == names::EMPTY_DIR {
-            crate::emptydir::remove_ready_blocking(&dir)?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match plugin.as_str() {
+            names::EMPTY_DIR => crate::emptydir::remove_ready_blocking(&dir, &name)?,
+            names::CONFIG_MAP | names::SECRET | names::DOWNWARD_API | names::PROJECTED => {
+                crate::emptydir::remove_ready_blocking(&dir, &format!("wrapped_{name}"))?;
+            }
+            _ => {}
         }
         if std::fs::symlink_metadata(&dir).is_err() {
             return Ok(());
@@ -416,6 +424,24 @@ mod tests {
             .await
             .expect("hostPath: nothing");
         assert!(source.join("keep").exists());
+    }
+
+    #[tokio::test]
+    async fn tear_down_unmounts_a_tmpfs_and_removes_the_wrapped_ready_marker() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = volume_dir(tmp.path(), "u", names::SECRET, "s");
+        crate::mount::mount_tmpfs(&dir, Some(1 << 20), 0o755)
+            .await
+            .expect("tmpfs");
+        std::fs::write(dir.join("token"), b"t").expect("write");
+        let marker = tmp
+            .path()
+            .join("u/plugins/kubernetes.io~empty-dir/wrapped_s");
+        std::fs::create_dir_all(&marker).expect("mkdir");
+        std::fs::write(marker.join("ready"), b"").expect("write");
+        tear_down(names::SECRET, &dir).await.expect("tear down");
+        assert!(!dir.exists() && !marker.exists());
+        assert!(!crate::mount::is_mount_point(&dir).await.expect("mountinfo"));
     }
 
     #[tokio::test]

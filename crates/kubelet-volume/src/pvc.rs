@@ -6,39 +6,26 @@
 //! the pod's claim reference says so) and a `hostPath` PV is used in place.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume};
 
 use crate::hostpath::validate_path_no_backsteps;
-use crate::mount::{bind_mount, blocking, is_mount_point};
+use crate::mount::{bind_mount_blocking, blocking, is_mount_point_blocking, mount_refs_blocking};
 use crate::plugin::{MountedVolume, SetUpRequest, names, volume_dir};
 use crate::{Error, Result, VolumeHost};
 
-/// PV source fields, for naming an unsupported one.
-const PV_SOURCES: &[&str] = &[
-    "awsElasticBlockStore",
-    "azureDisk",
-    "azureFile",
-    "cephfs",
-    "cinder",
-    "csi",
-    "fc",
-    "flexVolume",
-    "flocker",
-    "gcePersistentDisk",
-    "glusterfs",
-    "hostPath",
-    "iscsi",
-    "local",
-    "nfs",
-    "photonPersistentDisk",
-    "portworxVolume",
-    "quobyte",
-    "rbd",
-    "scaleIO",
-    "storageos",
-    "vsphereVolume",
+/// PV spec fields that are not a volume source.
+const NOT_SOURCES: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
 ];
 
 /// Sets up the pod volume `req.volume` (a `persistentVolumeClaim` source).
@@ -66,7 +53,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
     }
     if let Err(e) = check_node_affinity(&pv, &host.node_labels()) {
         return Err(Error::Invalid(format!(
-            "MountVolume.NodeAffinity check failed for volume {pv_name:?}: {e}"
+            "MountVolume.NodeAffinity check failed for volume {pv_name:?} : {e}"
         )));
     }
     if let Some(local) = spec.local.as_ref() {
@@ -96,11 +83,10 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         });
     }
     let kind = match serde_json::to_value(&spec) {
-        Ok(serde_json::Value::Object(m)) => PV_SOURCES
-            .iter()
-            .find(|k| m.contains_key(**k))
-            .map_or("unknown", |k| *k)
-            .to_string(),
+        Ok(serde_json::Value::Object(m)) => m
+            .keys()
+            .find(|k| !NOT_SOURCES.contains(&k.as_str()))
+            .map_or("unknown".to_string(), Clone::clone),
         _ => "unknown".to_string(),
     };
     Err(Error::Unsupported {
@@ -182,46 +168,46 @@ async fn set_up_local(
     if let Err(e) = validate_path_no_backsteps(path) {
         return Err(Error::Invalid(format!("invalid path: {path} {e}")));
     }
-    if is_mount_point(dir).await? {
-        return Ok(());
-    }
-    let d = dir.to_path_buf();
-    blocking(move || {
+    let (source, d) = (std::path::PathBuf::from(path), dir.to_path_buf());
+    let pods_dir = req.pods_dir.to_path_buf();
+    let mounted = blocking(move || {
+        if is_mount_point_blocking(&d)? {
+            return Ok(None);
+        }
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o750)
             .create(&d)
-            .map_err(Error::io("create local volume directory", &d))
-    })
-    .await?;
-    bind_mount(std::path::Path::new(path), dir, read_only).await?;
-    tracing::info!(pv = pv_name, dir = %dir.display(), read_only, "bind-mounted local volume");
-    let d = dir.to_path_buf();
-    let pods_dir = req.pods_dir.to_path_buf();
-    let refs = blocking(move || {
-        Ok(crate::mount::mount_refs_blocking(&d)?
+            .map_err(Error::io("create local volume directory", &d))?;
+        bind_mount_blocking(&source, &d, read_only)?;
+        // Other pods' mounts of the same directory (upstream
+        // `filterPodMounts(GetMountRefs(...))`).
+        let pods_dir = std::fs::canonicalize(&pods_dir).unwrap_or(pods_dir);
+        let refs = mount_refs_blocking(&d)?
             .into_iter()
-            .filter(|r| r.starts_with(std::fs::canonicalize(&pods_dir).unwrap_or(pods_dir.clone())))
-            .collect::<Vec<_>>())
+            .filter(|r| r.starts_with(&pods_dir))
+            .count();
+        let gid = std::fs::metadata(&source)
+            .map_err(Error::io("stat", &source))?
+            .gid();
+        Ok(Some((refs, gid)))
     })
     .await?;
-    if let (Some(gid), false) = (req.fs_group(), refs.is_empty()) {
-        let p = std::path::PathBuf::from(path);
-        let old = blocking(move || {
-            std::fs::metadata(&p)
-                .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
-                .map_err(Error::io("stat", &p))
-        })
-        .await?;
-        if i64::from(old) != gid {
-            tracing::warn!(
-                pv = pv_name,
-                "the requested fsGroup is {gid}, but the volume {pv_name} has GID {old}; the volume may not be shareable"
-            );
-        }
+    let Some((refs, old_gid)) = mounted else {
+        return Ok(());
+    };
+    tracing::info!(pv = pv_name, dir = %dir.display(), read_only, "bind-mounted local volume");
+    if let Some(gid) = req.fs_group()
+        && refs > 0
+        && i64::from(old_gid) != gid
+    {
+        tracing::warn!(
+            pv = pv_name,
+            "the requested fsGroup is {gid}, but the volume {pv_name} has GID {old_gid}; the volume may not be shareable"
+        );
     }
     // Ownership is written only by the first pod to mount the volume.
-    if !read_only && refs.is_empty() {
+    if !read_only && refs == 0 {
         let policy = req
             .pod
             .spec
@@ -303,141 +289,96 @@ fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, St
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::plugin::fake::FakeHost;
-    use k8s_openapi::api::core::v1::{
-        HostPathVolumeSource, LocalVolumeSource, NFSVolumeSource, NodeSelector, ObjectReference,
-        PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
-        PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodSpec, Volume,
-        VolumeNodeAffinity,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::path::Path;
 
-    fn meta(name: &str, uid: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("ns".into()),
-            uid: Some(uid.into()),
-            ..Default::default()
-        }
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Volume};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::mount::is_mount_point;
+    use crate::plugin::fake::FakeHost;
+
+    fn from<T: k8s_openapi::serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("fixture")
     }
 
     fn pvc(phase: &str, volume_name: &str) -> PersistentVolumeClaim {
-        PersistentVolumeClaim {
-            metadata: meta("claim", "claim-uid"),
-            spec: Some(PersistentVolumeClaimSpec {
-                volume_name: (!volume_name.is_empty()).then(|| volume_name.into()),
-                ..Default::default()
-            }),
-            status: Some(PersistentVolumeClaimStatus {
-                phase: Some(phase.into()),
-                ..Default::default()
-            }),
-        }
+        from(json!({
+            "metadata": {"name": "claim", "namespace": "ns", "uid": "claim-uid"},
+            "spec": {"volumeName": volume_name}, "status": {"phase": phase},
+        }))
     }
 
-    fn pv(spec: PersistentVolumeSpec) -> PersistentVolume {
-        PersistentVolume {
-            metadata: meta("pv-1", "pv-uid"),
-            spec: Some(PersistentVolumeSpec {
-                claim_ref: Some(ObjectReference {
-                    uid: Some("claim-uid".into()),
-                    ..Default::default()
-                }),
-                ..spec
-            }),
-            ..Default::default()
+    /// PV `pv-1` bound to the claim, with `source` merged into its spec.
+    fn pv(source: Value) -> PersistentVolume {
+        let mut spec = json!({"claimRef": {"uid": "claim-uid"}});
+        if let (Some(spec), Value::Object(src)) = (spec.as_object_mut(), source) {
+            spec.extend(src);
         }
+        from(json!({"metadata": {"name": "pv-1"}, "spec": spec}))
     }
 
-    fn local_pv(path: &Path, affinity: Option<NodeSelectorRequirement>) -> PersistentVolume {
-        pv(PersistentVolumeSpec {
-            local: Some(LocalVolumeSource {
-                path: path.display().to_string(),
-                fs_type: None,
-            }),
-            node_affinity: affinity.map(|r| VolumeNodeAffinity {
-                required: Some(NodeSelector {
-                    node_selector_terms: vec![NodeSelectorTerm {
-                        match_expressions: Some(vec![r]),
-                        match_fields: None,
-                    }],
-                }),
-            }),
-            ..Default::default()
-        })
-    }
-
-    fn req_in(key: &str, values: &[&str]) -> NodeSelectorRequirement {
-        NodeSelectorRequirement {
-            key: key.into(),
-            operator: "In".into(),
-            values: Some(values.iter().map(|v| (*v).to_string()).collect()),
+    fn local_pv(path: &Path, hostname: Option<&str>) -> PersistentVolume {
+        let mut src = json!({"local": {"path": path}});
+        if let Some(h) = hostname {
+            src["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [h]}]}]}});
         }
+        pv(src)
     }
 
     fn host(claim: PersistentVolumeClaim, volume: PersistentVolume) -> FakeHost {
         FakeHost {
             pvcs: BTreeMap::from([("claim".to_string(), claim)]),
             pvs: BTreeMap::from([("pv-1".to_string(), volume)]),
-            labels: BTreeMap::from([("kubernetes.io/hostname".to_string(), "node-a".to_string())]),
+            labels: BTreeMap::from([("kubernetes.io/hostname".into(), "node-a".into())]),
             ..Default::default()
         }
     }
 
-    fn pod() -> Pod {
-        Pod {
-            metadata: meta("p", "pod-uid"),
-            spec: Some(PodSpec::default()),
-            ..Default::default()
-        }
+    fn pod(uid: &str, fs_group: Option<i64>) -> Pod {
+        from(
+            json!({"metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            "spec": {"containers": [], "securityContext": {"fsGroup": fs_group}}}),
+        )
     }
 
     fn volume(read_only: bool) -> Volume {
-        Volume {
-            name: "data".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: "claim".into(),
-                read_only: Some(read_only),
-            }),
-            ..Default::default()
+        from(json!({"name": "data",
+            "persistentVolumeClaim": {"claimName": "claim", "readOnly": read_only}}))
+    }
+
+    fn req<'a>(pod: &'a Pod, volume: &'a Volume, pods_dir: &'a Path) -> SetUpRequest<'a> {
+        SetUpRequest {
+            pod,
+            volume,
+            pods_dir,
         }
     }
 
     async fn set_up_err(h: &FakeHost, pods: &Path) -> String {
-        let (p, v) = (pod(), volume(false));
-        let req = SetUpRequest {
-            pod: &p,
-            volume: &v,
-            pods_dir: pods,
-        };
-        set_up(h, req).await.expect_err("refused").to_string()
+        let (p, v) = (pod("pod-uid", None), volume(false));
+        set_up(h, req(&p, &v, pods))
+            .await
+            .expect_err("refused")
+            .to_string()
     }
 
     #[tokio::test]
-    async fn local_pv_is_bind_mounted_under_the_pv_name_and_torn_down_without_touching_the_source()
-    {
+    async fn local_pv_is_bind_mounted_under_the_pv_name_and_torn_down_keeping_the_source() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let source = tmp.path().join("disk");
         std::fs::create_dir(&source).expect("mkdir");
         std::fs::write(source.join("keep"), b"x").expect("write");
-        let h = host(
-            pvc("Bound", "pv-1"),
-            local_pv(&source, Some(req_in("kubernetes.io/hostname", &["node-a"]))),
-        );
+        let h = host(pvc("Bound", "pv-1"), local_pv(&source, Some("node-a")));
         let pods = tmp.path().join("pods");
-        let (p, v) = (pod(), volume(true));
-        let req = SetUpRequest {
-            pod: &p,
-            volume: &v,
-            pods_dir: &pods,
-        };
-        let m = set_up(&h, req).await.expect("set up");
+        let (p, v) = (pod("pod-uid", None), volume(true));
+        let m = set_up(&h, req(&p, &v, &pods)).await.expect("set up");
         let dir = pods.join("pod-uid/volumes/kubernetes.io~local-volume/pv-1");
-        assert_eq!(m.host_path, dir);
-        assert_eq!(m.plugin, names::LOCAL_VOLUME);
-        assert_eq!(m.name, "data");
+        assert_eq!(
+            (m.host_path.clone(), m.plugin, m.name.as_str()),
+            (dir.clone(), names::LOCAL_VOLUME, "data")
+        );
         assert!(m.read_only);
         assert!(is_mount_point(&dir).await.expect("mountinfo"));
         assert_eq!(
@@ -446,7 +387,7 @@ mod tests {
         );
         let e = std::fs::write(dir.join("new"), b"y").expect_err("read-only mount");
         assert_eq!(e.raw_os_error(), Some(nix::errno::Errno::EROFS as i32));
-        set_up(&h, req).await.expect("idempotent");
+        set_up(&h, req(&p, &v, &pods)).await.expect("idempotent");
         crate::plugin::tear_down(names::LOCAL_VOLUME, &dir)
             .await
             .expect("tear down");
@@ -463,44 +404,12 @@ mod tests {
         let source = tmp.path().join("disk");
         std::fs::create_dir(&source).expect("mkdir");
         let h = host(pvc("Bound", "pv-1"), local_pv(&source, None));
-        let pods = tmp.path().join("pods");
-        let v = volume(false);
-        let with_group = |uid: &str, gid: i64| {
-            let mut p = pod();
-            p.metadata.uid = Some(uid.into());
-            p.spec = Some(PodSpec {
-                security_context: Some(k8s_openapi::api::core::v1::PodSecurityContext {
-                    fs_group: Some(gid),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
-            p
-        };
-        let (p1, p2) = (with_group("one", 2001), with_group("two", 2002));
-        let gid =
-            || std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(&source).expect("stat"));
-        let m1 = set_up(
-            &h,
-            SetUpRequest {
-                pod: &p1,
-                volume: &v,
-                pods_dir: &pods,
-            },
-        )
-        .await
-        .expect("first");
+        let (pods, v) = (tmp.path().join("pods"), volume(false));
+        let (p1, p2) = (pod("one", Some(2001)), pod("two", Some(2002)));
+        let gid = || std::fs::metadata(&source).expect("stat").gid();
+        let m1 = set_up(&h, req(&p1, &v, &pods)).await.expect("first");
         assert_eq!(gid(), 2001);
-        let m2 = set_up(
-            &h,
-            SetUpRequest {
-                pod: &p2,
-                volume: &v,
-                pods_dir: &pods,
-            },
-        )
-        .await
-        .expect("second");
+        let m2 = set_up(&h, req(&p2, &v, &pods)).await.expect("second");
         assert_eq!(
             gid(),
             2001,
@@ -515,45 +424,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn node_affinity_mismatch_is_refused() {
+    async fn node_affinity_mismatch_and_unbound_or_misbound_claims_are_refused() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let h = host(
-            pvc("Bound", "pv-1"),
-            local_pv(
-                tmp.path(),
-                Some(req_in("kubernetes.io/hostname", &["node-b"])),
-            ),
-        );
+        let h = host(pvc("Bound", "pv-1"), local_pv(tmp.path(), Some("node-b")));
         assert_eq!(
             set_up_err(&h, tmp.path()).await,
-            "MountVolume.NodeAffinity check failed for volume \"pv-1\": no matching NodeSelectorTerms"
+            "MountVolume.NodeAffinity check failed for volume \"pv-1\" : no matching NodeSelectorTerms"
         );
         assert!(!tmp.path().join("pod-uid").exists(), "nothing mounted");
-    }
-
-    #[tokio::test]
-    async fn unbound_and_misbound_claims_are_refused() {
-        let tmp = tempfile::tempdir().expect("tempdir");
         let h = host(pvc("Pending", ""), local_pv(tmp.path(), None));
         assert_eq!(
             set_up_err(&h, tmp.path()).await,
             "error processing PVC ns/claim: PVC ns/claim has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
         );
-        let mut other = local_pv(tmp.path(), None);
-        if let Some(s) = other.spec.as_mut() {
-            s.claim_ref = Some(ObjectReference {
-                uid: Some("someone-else".into()),
-                ..Default::default()
-            });
-        }
-        let h = host(pvc("Bound", "pv-1"), other);
+        let other = pv(json!({"local": {"path": "/x"}, "claimRef": {"uid": "someone-else"}}));
         assert_eq!(
-            set_up_err(&h, tmp.path()).await,
+            set_up_err(&host(pvc("Bound", "pv-1"), other), tmp.path()).await,
             "error processing PVC ns/claim: found PV object pv-1 but its pv.Spec.ClaimRef.UID (someone-else) does not point to claim.UID (claim-uid)"
         );
-        let h = FakeHost::default();
         assert_eq!(
-            set_up_err(&h, tmp.path()).await,
+            set_up_err(&FakeHost::default(), tmp.path()).await,
             "error processing PVC ns/claim: failed to fetch PVC from API server: persistentvolumeclaims \"claim\" not found"
         );
     }
@@ -561,90 +451,50 @@ mod tests {
     #[tokio::test]
     async fn host_path_pv_is_used_in_place_and_other_sources_are_unsupported() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let hp = pv(PersistentVolumeSpec {
-            host_path: Some(HostPathVolumeSource {
-                path: tmp.path().join("hp").display().to_string(),
-                type_: Some("DirectoryOrCreate".into()),
-            }),
-            ..Default::default()
-        });
+        let path = tmp.path().join("hp");
+        let hp = pv(json!({"hostPath": {"path": path, "type": "DirectoryOrCreate"}}));
         let h = host(pvc("Bound", "pv-1"), hp);
-        let (p, v) = (pod(), volume(true));
-        let m = set_up(
-            &h,
-            SetUpRequest {
-                pod: &p,
-                volume: &v,
-                pods_dir: tmp.path(),
-            },
-        )
-        .await
-        .expect("set up");
-        assert_eq!(m.host_path, tmp.path().join("hp"));
-        assert_eq!(m.plugin, names::HOST_PATH);
+        let (p, v) = (pod("pod-uid", None), volume(true));
+        let m = set_up(&h, req(&p, &v, tmp.path())).await.expect("set up");
+        assert_eq!((m.host_path.clone(), m.plugin), (path, names::HOST_PATH));
         assert!(m.read_only);
         assert!(m.host_path.is_dir(), "the type check created it");
-        let nfs = pv(PersistentVolumeSpec {
-            nfs: Some(NFSVolumeSource {
-                path: "/x".into(),
-                server: "s".into(),
-                read_only: None,
-            }),
-            ..Default::default()
-        });
-        let h = host(pvc("Bound", "pv-1"), nfs);
-        let e = set_up(
-            &h,
-            SetUpRequest {
-                pod: &p,
-                volume: &v,
-                pods_dir: tmp.path(),
-            },
-        )
-        .await
-        .expect_err("nfs");
+        let nfs = pv(json!({"nfs": {"path": "/x", "server": "s"}}));
+        let e = set_up(&host(pvc("Bound", "pv-1"), nfs), req(&p, &v, tmp.path()))
+            .await
+            .expect_err("nfs");
         assert!(
-            matches!(&e, Error::Unsupported { kind, .. } if kind.contains("nfs")),
+            matches!(&e, Error::Unsupported { kind, .. } if kind.contains("source nfs")),
             "{e}"
         );
     }
 
     #[test]
     fn node_selector_operators() {
-        let labels = BTreeMap::from([
-            ("zone".to_string(), "a".to_string()),
-            ("gen".to_string(), "5".to_string()),
-        ]);
-        let r = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_string()).collect()),
+        let labels = BTreeMap::from([("zone".into(), "a".into()), ("gen".into(), "5".into())]);
+        let m = |key: &str, op: &str, values: &[&str]| {
+            let values =
+                (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect());
+            let r = NodeSelectorRequirement {
+                key: key.into(),
+                operator: op.into(),
+                values,
+            };
+            requirement_matches(&r, &labels)
         };
-        assert!(requirement_matches(&r("zone", "In", &["a", "b"]), &labels));
-        assert!(!requirement_matches(&r("zone", "In", &["b"]), &labels));
-        assert!(requirement_matches(&r("zone", "NotIn", &["b"]), &labels));
-        assert!(requirement_matches(&r("missing", "NotIn", &["b"]), &labels));
-        assert!(!requirement_matches(&r("zone", "NotIn", &["a"]), &labels));
-        assert!(requirement_matches(&r("zone", "Exists", &[]), &labels));
-        assert!(!requirement_matches(
-            &r("zone", "DoesNotExist", &[]),
-            &labels
-        ));
-        assert!(requirement_matches(
-            &r("missing", "DoesNotExist", &[]),
-            &labels
-        ));
-        assert!(requirement_matches(&r("gen", "Gt", &["4"]), &labels));
-        assert!(!requirement_matches(&r("gen", "Gt", &["5"]), &labels));
-        assert!(requirement_matches(&r("gen", "Lt", &["6"]), &labels));
+        assert!(m("zone", "In", &["a", "b"]) && !m("zone", "In", &["b"]));
         assert!(
-            !requirement_matches(&r("zone", "Lt", &["6"]), &labels),
-            "not a number"
+            m("zone", "NotIn", &["b"])
+                && m("missing", "NotIn", &["b"])
+                && !m("zone", "NotIn", &["a"])
         );
-        assert!(!requirement_matches(&r("zone", "Bogus", &["a"]), &labels));
-        let empty = NodeSelectorTerm::default();
+        assert!(m("zone", "Exists", &[]) && !m("missing", "Exists", &[]));
+        assert!(!m("zone", "DoesNotExist", &[]) && m("missing", "DoesNotExist", &[]));
+        assert!(m("gen", "Gt", &["4"]) && !m("gen", "Gt", &["5"]) && m("gen", "Lt", &["6"]));
+        assert!(!m("zone", "Lt", &["6"]), "not a number");
+        assert!(!m("zone", "Bogus", &["a"]));
         assert!(
-            !term_matches(&empty, &labels),
+            !term_matches(&NodeSelectorTerm::default(), &labels),
             "an empty term matches nothing"
         );
     }

@@ -233,9 +233,7 @@ fn safe_make_dir_blocking(subdir: &str, base: &Path, perm: u32) -> Result<()> {
         if md.is_dir() {
             return Ok(());
         }
-        return Err(Error::io("mkdir", &full)(
-            std::io::Error::from_raw_os_error(libc_enotdir()),
-        ));
+        return Err(Error::io("mkdir", &full)(nix::errno::Errno::ENOTDIR.into()));
     }
     let (existing, to_create) = find_existing_prefix(&base, subdir)?;
     let existing_real = std::fs::canonicalize(&existing).map_err(|e| {
@@ -280,10 +278,6 @@ fn safe_make_dir_blocking(subdir: &str, base: &Path, perm: u32) -> Result<()> {
     Ok(())
 }
 
-fn libc_enotdir() -> i32 {
-    nix::errno::Errno::ENOTDIR as i32
-}
-
 /// Upstream `findExistingPrefix`: the longest existing prefix of
 /// `base/subdir` (opened with symlinks followed, as upstream) and the
 /// components still to create.
@@ -326,23 +320,55 @@ pub async fn clean_subpaths(pods_dir: &Path, pod_uid: &str) -> Result<()> {
     let root = pods_dir.join(pod_uid).join(SUBPATH_DIR);
     blocking(move || {
         for volume in read_dir_or_empty(&root)? {
-            for container in read_dir_or_empty(&volume)? {
-                if !container.is_dir() || is_mount_point_blocking(&container)? {
-                    continue;
-                }
-                for entry in read_dir_or_empty(&container)? {
-                    remove_target(&entry)?;
-                }
-                std::fs::remove_dir(&container).map_err(Error::io("remove", &container))?;
-            }
-            std::fs::remove_dir(&volume).map_err(Error::io("remove", &volume))?;
+            clean_volume_blocking(&volume)?;
         }
+        remove_dir_if_present(&root)
+    })
+    .await
+}
+
+/// Unmounts and removes the subPath mounts of one volume of pod `pod_uid`
+/// (`<pods_dir>/<uid>/volume-subpaths/<volume_name>`, upstream
+/// `CleanSubPaths`, run before the volume is torn down), and the
+/// `volume-subpaths` directory when it is left empty.
+pub async fn clean_volume_subpaths(
+    pods_dir: &Path,
+    pod_uid: &str,
+    volume_name: &str,
+) -> Result<()> {
+    let root = pods_dir.join(pod_uid).join(SUBPATH_DIR);
+    let volume = root.join(volume_name);
+    blocking(move || {
+        clean_volume_blocking(&volume)?;
         match std::fs::remove_dir(&root) {
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => Ok(()),
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", root)(e)),
             _ => Ok(()),
         }
     })
     .await
+}
+
+/// `volume-subpaths/<volume>`: each container's targets, then the
+/// directories.
+fn clean_volume_blocking(volume: &Path) -> Result<()> {
+    for container in read_dir_or_empty(volume)? {
+        if !container.is_dir() || is_mount_point_blocking(&container)? {
+            continue;
+        }
+        for entry in read_dir_or_empty(&container)? {
+            remove_target(&entry)?;
+        }
+        std::fs::remove_dir(&container).map_err(Error::io("remove", &container))?;
+    }
+    remove_dir_if_present(volume)
+}
+
+fn remove_dir_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", dir)(e)),
+        _ => Ok(()),
+    }
 }
 
 fn read_dir_or_empty(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -422,6 +448,17 @@ mod tests {
         );
         let f = prepare(&s, "dir/file", 1).await.expect("file");
         assert_eq!(std::fs::read(&f).expect("read"), b"inside");
+        let other = prepare_safe_subpath(&s.volume, "dir", &s.pods, "uid", "w", "c", 0)
+            .await
+            .expect("another volume");
+        clean_volume_subpaths(&s.pods, "uid", "w")
+            .await
+            .expect("clean one volume");
+        assert!(!other.exists() && !s.pods.join("uid/volume-subpaths/w").exists());
+        assert!(
+            is_mount_point_blocking(&d).expect("mountinfo"),
+            "other volumes untouched"
+        );
         clean_subpaths(&s.pods, "uid").await.expect("clean");
         assert!(!s.pods.join("uid/volume-subpaths").exists());
         assert_eq!(
