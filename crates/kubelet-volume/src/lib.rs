@@ -9,6 +9,7 @@
 //! Layout, as upstream's: a volume of plugin `kubernetes.io/<p>` named `<v>`
 //! of pod `<uid>` lives in `<root-dir>/pods/<uid>/volumes/kubernetes.io~<p>/<v>`.
 
+pub mod atomic_writer;
 pub mod error;
 pub mod host;
 
