@@ -10,6 +10,7 @@
 //! of pod `<uid>` lives in `<root-dir>/pods/<uid>/volumes/kubernetes.io~<p>/<v>`.
 
 pub mod atomic_writer;
+pub mod configmap;
 pub mod error;
 pub mod host;
 
