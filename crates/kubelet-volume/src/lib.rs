@@ -18,5 +18,6 @@ pub use error::{Error, Result};
 pub use host::{ObjectError, VolumeHost};
 pub mod mount;
 pub mod plugin;
+pub mod secret;
 
 pub use plugin::{MountedVolume, SetUpRequest, plugin_for, set_up, tear_down, volume_dir};

@@ -312,3 +312,37 @@ async fn set_up_again_refreshes_content() {
     assert_eq!(read(&dir.join("new")), "n");
     assert!(std::fs::symlink_metadata(dir.join("old")).is_err());
 }
+
+/// Unmounts every mount under a directory when dropped, so a failed test
+/// leaves no tmpfs behind.
+pub(crate) struct UnmountOnDrop(pub std::path::PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let Ok(root) = std::fs::canonicalize(&self.0) else {
+            return;
+        };
+        let mut points: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| Path::new(p).starts_with(&root))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let _ = crate::mount::unmount_blocking(Path::new(p));
+        }
+    }
+}
+
+/// The super options of the mount at `p` (`rw,size=...,mode=...`).
+pub(crate) fn mount_options(p: &Path) -> String {
+    let root = std::fs::canonicalize(p).expect("canonicalize");
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    info.lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4).is_some_and(|m| Path::new(m) == root))
+        .and_then(|l| l.rsplit(' ').next())
+        .expect("mounted")
+        .to_string()
+}
