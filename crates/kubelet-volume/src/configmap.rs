@@ -6,7 +6,7 @@
 //! the ConfigMap changes. Ownership for `fsGroup` is not applied here: the
 //! caller applies it to the volume directory after `set_up`.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod};
@@ -57,6 +57,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         optional,
     )?;
     set_up_disk_dir(&dir).await?;
+    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
     write_payload(pod, &req.volume.name, &dir, payload).await?;
     Ok(mounted(&req, names::CONFIG_MAP, dir))
 }
@@ -145,6 +146,99 @@ pub(crate) async fn set_up_disk_dir(dir: &Path) -> Result<()> {
             .map_err(Error::io("chmod", &dir))
     })
     .await
+}
+
+/// Creates, inside the volume directory `dir`, the directories that other
+/// volumes are mounted on when a container mounts them beneath this volume
+/// `name` (upstream `MakeNestedMountpoints`), so the runtime need not create
+/// them in a read-only mount. Only the outermost nested mount point counts.
+pub(crate) async fn make_nested_mountpoints(pod: &Pod, name: &str, dir: &Path) -> Result<()> {
+    let nested = nested_mountpoints(pod, name)?;
+    if nested.is_empty() {
+        return Ok(());
+    }
+    let dir = dir.to_path_buf();
+    blocking(move || {
+        for n in nested {
+            let d = dir.join(n);
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&d)
+                .map_err(Error::io("create directory", &d))?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Upstream `getNestedMountpoints`: for every container (init, app,
+/// ephemeral) mounting volume `name`, the other mount points directly
+/// beneath it, relative to it.
+fn nested_mountpoints(pod: &Pod, name: &str) -> Result<Vec<String>> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let mounts = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| c.volume_mounts.as_deref().unwrap_or_default())
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| c.volume_mounts.as_deref().unwrap_or_default()),
+        );
+    let mut out = Vec::new();
+    for mounts in mounts {
+        let mut all: Vec<String> = mounts.iter().map(|m| clean(&m.mount_path)).collect();
+        all.sort();
+        for mine in mounts.iter().filter(|m| m.name == name) {
+            let mine = clean(&mine.mount_path);
+            if mine.starts_with("../") {
+                return Err(Error::Invalid(format!(
+                    "invalid container mount point {mine}"
+                )));
+            }
+            let prefix = format!("{mine}/");
+            let mut previous: Option<String> = None;
+            for mp in all.iter().filter(|mp| mp.starts_with(&prefix)) {
+                if previous
+                    .as_ref()
+                    .is_some_and(|p| mp.starts_with(p.as_str()))
+                {
+                    continue;
+                }
+                previous = Some(format!("{mp}/"));
+                out.push(mp[prefix.len()..].to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Go's `filepath.Clean`.
+pub(crate) fn clean(p: &str) -> String {
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if rooted && parts.is_empty() => {}
+            ".." if parts.last().is_some_and(|l| *l != "..") => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    }
 }
 
 /// Writes `payload` into the volume directory `dir` of `pod`'s volume

@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_types::fieldpath::{extract_field_path_as_string, extract_resource_value};
 
 use crate::atomic_writer::Payload;
-use crate::configmap::{DEFAULT_MODE, file, file_mode, mounted, write_payload};
+use crate::configmap::{
+    DEFAULT_MODE, clean, file, file_mode, make_nested_mountpoints, mounted, write_payload,
+};
 use crate::plugin::names;
 use crate::secret::set_up_memory_dir;
 use crate::{Error, MountedVolume, Result, SetUpRequest, VolumeHost};
@@ -49,6 +51,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         );
     })?;
     set_up_memory_dir(host, &dir).await?;
+    make_nested_mountpoints(&pod, &req.volume.name, &dir).await?;
     write_payload(&pod, &req.volume.name, &dir, payload).await?;
     Ok(mounted(&req, names::DOWNWARD_API, dir))
 }
@@ -85,7 +88,7 @@ pub fn collect_data(
         };
         match value {
             Ok(v) => {
-                payload.insert(clean_path(&item.path), file(v.into_bytes(), mode));
+                payload.insert(clean(&item.path), file(v.into_bytes(), mode));
             }
             Err(e) => errors.push(e),
         }
@@ -111,29 +114,6 @@ fn find_container<'a>(
         .chain(kubelet_types::pod::init_containers(pod))
         .find(|c| c.name == name)
         .ok_or_else(|| Error::Invalid(format!("container {name} not found")))
-}
-
-/// Go's `filepath.Clean` as the downward API applies it to item paths
-/// (the atomic writer validates them afterwards).
-fn clean_path(p: &str) -> String {
-    let rooted = p.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in p.split('/') {
-        match part {
-            "" | "." => {}
-            ".." if rooted && parts.is_empty() => {}
-            ".." if parts.last().is_some_and(|l| *l != "..") => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    let joined = parts.join("/");
-    match (rooted, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".into(),
-        (false, false) => joined,
-    }
 }
 
 /// Upstream `utilerrors.NewAggregate`: no error, the one error, or the

@@ -13,7 +13,9 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{KeyToPath, Secret};
 
 use crate::atomic_writer::{Payload, blocking};
-use crate::configmap::{DEFAULT_MODE, file, file_mode, mounted, write_payload};
+use crate::configmap::{
+    DEFAULT_MODE, file, file_mode, make_nested_mountpoints, mounted, write_payload,
+};
 use crate::plugin::names;
 use crate::{Error, MountedVolume, Result, SetUpRequest, VolumeHost};
 
@@ -61,6 +63,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         optional,
     )?;
     set_up_memory_dir(host, &dir).await?;
+    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
     write_payload(pod, &req.volume.name, &dir, payload).await?;
     Ok(mounted(&req, names::SECRET, dir))
 }

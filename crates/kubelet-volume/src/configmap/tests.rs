@@ -346,3 +346,39 @@ pub(crate) fn mount_options(p: &Path) -> String {
         .expect("mounted")
         .to_string()
 }
+
+#[tokio::test]
+async fn nested_mount_points_are_created_in_the_volume() {
+    use k8s_openapi::api::core::v1::VolumeMount;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = FakeHost::default();
+    host.put_config_map("cm", &[("a", "1")]);
+    let mut pod = test_pod();
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    };
+    pod.spec.as_mut().expect("spec").containers[0].volume_mounts = Some(vec![
+        mount("cfg", "/etc/cfg/"),
+        mount("other", "/etc/cfg/sub"),
+        mount("deeper", "/etc/cfg/sub/deeper"),
+        mount("sibling", "/etc/cfgx"),
+    ]);
+    let v = volume(source("cm"));
+    set_up(
+        &host,
+        SetUpRequest {
+            pod: &pod,
+            volume: &v,
+            pods_dir: tmp.path(),
+        },
+    )
+    .await
+    .expect("set up");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~configmap/cfg");
+    assert!(dir.join("sub").is_dir());
+    assert!(!dir.join("sub/deeper").exists());
+    assert!(!dir.join("x").exists());
+    assert_eq!(read(&dir.join("a")), "1");
+}

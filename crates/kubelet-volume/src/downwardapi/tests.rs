@@ -165,6 +165,7 @@ fn unknown_containers_are_upstream_errors_aggregated() {
 
 #[test]
 fn item_paths_are_cleaned() {
+    use crate::configmap::clean as clean_path;
     assert_eq!(clean_path("./a//b/"), "a/b");
     assert_eq!(clean_path("a/../b"), "b");
     assert_eq!(clean_path("../a"), "../a");
