@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, Service, S
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use super::token::token_request;
+use super::token::{claims, token_request};
 use super::{Cluster, api_error, create_pod, from};
 
 #[tokio::test]
@@ -154,7 +154,7 @@ async fn admitted_pods_reach_their_api_access_objects() {
         .get("kube-root-ca.crt")
         .await
         .expect("the volume's configmap");
-    Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
+    let tr = Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
         .create_token_request(
             "default",
             &PostParams::default(),
@@ -162,6 +162,19 @@ async fn admitted_pods_reach_their_api_access_objects() {
         )
         .await
         .expect("the volume's token");
+    // The kubelet's 3607 seconds are extended to a year, with a warnafter.
+    let status = tr.status.expect("status");
+    let cl = claims(&status.token);
+    let iat = cl["iat"].as_i64().expect("iat");
+    assert_eq!(cl["exp"].as_i64().expect("exp") - iat, 365 * 86400);
+    assert_eq!(
+        cl["kubernetes.io"]["warnafter"]
+            .as_i64()
+            .expect("warnafter")
+            - iat,
+        3607
+    );
+    assert_eq!(status.expiration_timestamp.0.as_second() - iat, 3607);
     let (code, msg) = api_error(
         Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "apps")
             .create(
