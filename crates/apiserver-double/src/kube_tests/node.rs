@@ -1,7 +1,7 @@
 //! The Node authorizer against pods bound to nodes.
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, Service, ServiceAccount};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams, WatchParams};
 use serde_json::json;
 
 use super::token::{claims, token_request};
@@ -73,6 +73,26 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
             .unwrap_err(),
     );
     assert_eq!(code, 403);
+    // Watches are authorized the same way.
+    let rv = one.metadata.resource_version.expect("rv");
+    let watched = WatchParams::default()
+        .fields("metadata.name=used")
+        .timeout(1);
+    secrets
+        .watch(&watched, &rv)
+        .await
+        .expect("watch of a referenced secret");
+    let unwatched = WatchParams::default()
+        .fields("metadata.name=unused")
+        .timeout(1);
+    let (code, msg) = api_error(secrets.watch(&unwatched, &rv).await.err().expect("403"));
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "secrets \"unused\" is forbidden: User \"system:node:n1\" cannot watch resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+        )
+    );
     Api::<ConfigMap>::namespaced(n1.clone(), "default")
         .get("kube-root-ca.crt")
         .await
