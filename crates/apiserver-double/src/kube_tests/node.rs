@@ -78,7 +78,7 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
     let watched = WatchParams::default()
         .fields("metadata.name=used")
         .timeout(1);
-    secrets
+    let _stream = secrets
         .watch(&watched, &rv)
         .await
         .expect("watch of a referenced secret");
