@@ -189,11 +189,14 @@ if ! registry_up; then
 fi
 
 # 5b. Registry with basic auth on loopback (htpasswd needs bcrypt: htpasswd -B).
-#     Its config and password file are rewritten only when they change.
+#     Its config and password file are rewritten only when they change, and
+#     a running registry is then restarted (it reads both at start only).
 mkdir -p "$STATE/registry-auth"
+restart_auth=0
 if ! htpasswd -vb "$STATE/registry-auth.htpasswd" "$AUTH_USER" "$AUTH_PASSWORD" >/dev/null 2>&1; then
   htpasswd -Bbc "$STATE/registry-auth.htpasswd" "$AUTH_USER" "$AUTH_PASSWORD" 2>/dev/null
   log "wrote $STATE/registry-auth.htpasswd (user $AUTH_USER)"
+  restart_auth=1
 fi
 want="$(mktemp)"
 cat > "$want" <<EOF
@@ -217,14 +220,15 @@ EOF
 if ! cmp -s "$want" /etc/kubelet-rs/registry-auth.yml; then
   install -m 0644 "$want" /etc/kubelet-rs/registry-auth.yml
   log "wrote /etc/kubelet-rs/registry-auth.yml"
-  # A registry serving an older config is replaced (found by its command line).
-  if pid="$(pgrep -f -x 'docker-registry serve /etc/kubelet-rs/registry-auth.yml')"; then
-    log "restarting the registry on $AUTH_REGISTRY for its new config"
-    kill $pid || true
-    for _ in $(seq 50); do auth_registry_listening || break; sleep 0.2; done
-  fi
+  restart_auth=1
 fi
 rm -f "$want"
+# A registry serving an older config is replaced (found by its command line).
+if [ $restart_auth -eq 1 ] && pid="$(pgrep -o -f -x 'docker-registry serve /etc/kubelet-rs/registry-auth.yml')"; then
+  log "restarting the registry on $AUTH_REGISTRY for its new config"
+  kill "$pid" || true
+  for _ in $(seq 50); do auth_registry_listening || break; sleep 0.2; done
+fi
 if ! auth_registry_up; then
   log "starting docker-registry with basic auth on $AUTH_REGISTRY (log: $LOGDIR/registry-auth.log)"
   setsid nohup docker-registry serve /etc/kubelet-rs/registry-auth.yml >>"$LOGDIR/registry-auth.log" 2>&1 < /dev/null &
