@@ -65,7 +65,8 @@ impl KubeRuntimeManager {
             self.backoff.next(&key, event, now);
         }
         let step = Instant::now();
-        let image = self.images.ensure_image_exists(p, c, now).await;
+        // lead: pull secrets from RuntimeHelper::get_pull_secrets
+        let image = self.images.ensure_image_exists(p, c, &[], now).await;
         if image.is_ok() {
             let d = step.elapsed();
             result.timings.image_pull += d;
