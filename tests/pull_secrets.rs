@@ -123,7 +123,6 @@ fn waiting_reason(p: Option<&Value>) -> Option<&str> {
 }
 
 #[tokio::test]
-#[ignore = "until the kubelet passes RuntimeHelper::get_pull_secrets to ensure_image_exists (lead's wiring): then remove this line"]
 async fn a_pod_with_image_pull_secrets_runs_and_one_without_fails_to_pull() {
     let j = Joined::start(Options::default()).await;
     // The kubelet holds the machine lock: the image is pulled fresh.
