@@ -10,8 +10,16 @@ use kube::api::PostParams;
 use kubelet_rs_integration::conformance::*;
 use serde_json::{Value, json};
 
-const CM_DATA: [(&str, &str); 3] = [("data-1", "value-1"), ("data-2", "value-2"), ("data-3", "value-3")];
-const SECRET_DATA: [(&str, &[u8]); 3] = [("data-1", b"value-1\n"), ("data-2", b"value-2\n"), ("data-3", b"value-3\n")];
+const CM_DATA: [(&str, &str); 3] = [
+    ("data-1", "value-1"),
+    ("data-2", "value-2"),
+    ("data-3", "value-3"),
+];
+const SECRET_DATA: [(&str, &[u8]); 3] = [
+    ("data-1", b"value-1\n"),
+    ("data-2", b"value-2\n"),
+    ("data-3", b"value-3\n"),
+];
 
 fn projected(sources: Value) -> Value {
     json!({"sources": sources})
@@ -38,7 +46,10 @@ async fn cm_without_mappings(s: &Suite, spec: &str, short: &str, as_user: bool, 
         "projected-configmap-volume",
         short,
         VOL,
-        &[&format!("--file_content={VOL}/data-1"), &format!("--file_mode={VOL}/data-1")],
+        &[
+            &format!("--file_content={VOL}/data-1"),
+            &format!("--file_mode={VOL}/data-1"),
+        ],
     );
     if as_user {
         pod["spec"]["securityContext"]["runAsUser"] = json!(1000);
@@ -56,7 +67,10 @@ async fn cm_with_mappings(s: &Suite, spec: &str, short: &str, as_user: bool, mod
         "projected-configmap-volume",
         short,
         VOL,
-        &[&format!("--file_content={VOL}/path/to/data-2"), &format!("--file_mode={VOL}/path/to/data-2")],
+        &[
+            &format!("--file_content={VOL}/path/to/data-2"),
+            &format!("--file_mode={VOL}/path/to/data-2"),
+        ],
     );
     pod["spec"]["volumes"][0]["projected"]["sources"][0]["configMap"]["items"] =
         json!([{"key": "data-2", "path": "path/to/data-2"}]);
@@ -72,7 +86,14 @@ async fn cm_with_mappings(s: &Suite, spec: &str, short: &str, as_user: bool, mod
 const SVOL: &str = "/etc/projected-secret-volume";
 
 /// `doProjectedSecretE2EWithoutMapping`.
-async fn secret_without_mapping(s: &Suite, spec: &str, short: &str, secret: &str, mode: Option<i32>, ids: Option<(i64, i64)>) {
+async fn secret_without_mapping(
+    s: &Suite,
+    spec: &str,
+    short: &str,
+    secret: &str,
+    mode: Option<i32>,
+    ids: Option<(i64, i64)>,
+) {
     s.secret(NS, secret, &SECRET_DATA).await;
     let mut pod = json!({"spec": {
         "volumes": [{"name": "projected-secret-volume", "projected": projected(json!([{"secret": {"name": secret}}]))}],
@@ -108,21 +129,26 @@ async fn secret_with_mapping(s: &Suite, spec: &str, short: &str, mode: Option<i3
 }
 
 const CM_DEFAULT: &str = "Projected configMap should be consumable from pods in volume";
-const CM_DEFAULT_MODE: &str = "Projected configMap should be consumable from pods in volume with defaultMode set [LinuxOnly]";
-const CM_NON_ROOT: &str = "Projected configMap should be consumable from pods in volume as non-root";
+const CM_DEFAULT_MODE: &str =
+    "Projected configMap should be consumable from pods in volume with defaultMode set [LinuxOnly]";
+const CM_NON_ROOT: &str =
+    "Projected configMap should be consumable from pods in volume as non-root";
 const CM_MAP: &str = "Projected configMap should be consumable from pods in volume with mappings";
 const CM_MAP_MODE: &str = "Projected configMap should be consumable from pods in volume with mappings and Item mode set [LinuxOnly]";
-const CM_MAP_NON_ROOT: &str = "Projected configMap should be consumable from pods in volume with mappings as non-root";
-const CM_MULTI: &str = "Projected configMap should be consumable in multiple volumes in the same pod";
+const CM_MAP_NON_ROOT: &str =
+    "Projected configMap should be consumable from pods in volume with mappings as non-root";
+const CM_MULTI: &str =
+    "Projected configMap should be consumable in multiple volumes in the same pod";
 const S_DEFAULT: &str = "Projected secret should be consumable from pods in volume";
-const S_DEFAULT_MODE: &str = "Projected secret should be consumable from pods in volume with defaultMode set [LinuxOnly]";
-const S_FS_GROUP: &str =
-    "Projected secret should be consumable from pods in volume as non-root with defaultMode and fsGroup set [LinuxOnly]";
+const S_DEFAULT_MODE: &str =
+    "Projected secret should be consumable from pods in volume with defaultMode set [LinuxOnly]";
+const S_FS_GROUP: &str = "Projected secret should be consumable from pods in volume as non-root with defaultMode and fsGroup set [LinuxOnly]";
 const S_MAP: &str = "Projected secret should be consumable from pods in volume with mappings";
 const S_MAP_MODE: &str = "Projected secret should be consumable from pods in volume with mappings and Item Mode set [LinuxOnly]";
 const S_OTHER_NS: &str = "Projected secret should be able to mount in a volume regardless of a different secret existing with same name in different namespace";
 const S_MULTI: &str = "Projected secret should be consumable in multiple volumes in a pod";
-const ALL: &str = "Projected combined should project all components that make up the projection API [Projection]";
+const ALL: &str =
+    "Projected combined should project all components that make up the projection API [Projection]";
 
 async fn to_completion(s: &Suite) {
     cm_without_mappings(s, CM_DEFAULT, "pcm-default", false, None).await;
@@ -147,9 +173,33 @@ async fn to_completion(s: &Suite) {
     )
     .await;
 
-    secret_without_mapping(s, S_DEFAULT, "ps-default", "projected-secret-test-default", None, None).await;
-    secret_without_mapping(s, S_DEFAULT_MODE, "ps-default-mode", "projected-secret-test-mode", Some(0o400), None).await;
-    secret_without_mapping(s, S_FS_GROUP, "ps-fsgroup", "projected-secret-test-fsgroup", Some(0o440), Some((1001, 1000))).await;
+    secret_without_mapping(
+        s,
+        S_DEFAULT,
+        "ps-default",
+        "projected-secret-test-default",
+        None,
+        None,
+    )
+    .await;
+    secret_without_mapping(
+        s,
+        S_DEFAULT_MODE,
+        "ps-default-mode",
+        "projected-secret-test-mode",
+        Some(0o400),
+        None,
+    )
+    .await;
+    secret_without_mapping(
+        s,
+        S_FS_GROUP,
+        "ps-fsgroup",
+        "projected-secret-test-fsgroup",
+        Some(0o440),
+        Some((1001, 1000)),
+    )
+    .await;
     secret_with_mapping(s, S_MAP, "ps-map", None).await;
     secret_with_mapping(s, S_MAP_MODE, "ps-map-mode", Some(0o400)).await;
     let ns2 = format!("secret-namespace-{}", s.j.node.name);
@@ -160,17 +210,32 @@ async fn to_completion(s: &Suite) {
         },
         ..Default::default()
     };
-    if let Err(e) = Api::<Namespace>::all(s.j.admin.clone()).create(&PostParams::default(), &ns).await {
+    if let Err(e) = Api::<Namespace>::all(s.j.admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
         s.fail(S_OTHER_NS, format!("creating namespace {ns2}: {e}"));
     }
     s.secret(
         &ns2,
         "projected-secret-test-other-ns",
-        &[("this_should_not_match_content_of_other_secret", b"similarly_this_should_not_match_content_of_other_secret\n")],
+        &[(
+            "this_should_not_match_content_of_other_secret",
+            b"similarly_this_should_not_match_content_of_other_secret\n",
+        )],
     )
     .await;
-    secret_without_mapping(s, S_OTHER_NS, "ps-other-ns", "projected-secret-test-other-ns", None, None).await;
-    s.secret(NS, "projected-secret-test-multi", &SECRET_DATA).await;
+    secret_without_mapping(
+        s,
+        S_OTHER_NS,
+        "ps-other-ns",
+        "projected-secret-test-other-ns",
+        None,
+        None,
+    )
+    .await;
+    s.secret(NS, "projected-secret-test-multi", &SECRET_DATA)
+        .await;
     let vol = |n: &str| json!({"name": n, "projected": projected(json!([{"secret": {"name": "projected-secret-test-multi"}}]))});
     s.pod(
         S_MULTI,
@@ -186,9 +251,27 @@ async fn to_completion(s: &Suite) {
     .await;
 
     // projected_combined.go
-    s.config_map(NS, "configmap-projected-all-test-volume", &[("configmap-data", "configmap-value-1")], &[]).await;
-    s.secret(NS, "secret-projected-all-test-volume", &[("secret-data", b"secret-value-1")]).await;
-    let mut c = busybox("projected-all-volume-test", &["sh", "-c", "cat /all/podname && cat /all/secret-data && cat /all/configmap-data"]);
+    s.config_map(
+        NS,
+        "configmap-projected-all-test-volume",
+        &[("configmap-data", "configmap-value-1")],
+        &[],
+    )
+    .await;
+    s.secret(
+        NS,
+        "secret-projected-all-test-volume",
+        &[("secret-data", b"secret-value-1")],
+    )
+    .await;
+    let mut c = busybox(
+        "projected-all-volume-test",
+        &[
+            "sh",
+            "-c",
+            "cat /all/podname && cat /all/secret-data && cat /all/configmap-data",
+        ],
+    );
     c["volumeMounts"] = json!([mount("podinfo", "/all", false)]);
     s.pod(
         ALL,
@@ -206,8 +289,21 @@ async fn to_completion(s: &Suite) {
     .await;
 
     let pods = [
-        "pcm-default", "pcm-default-mode", "pcm-non-root", "pcm-map", "pcm-map-mode", "pcm-map-non-root", "pcm-multi", "ps-default",
-        "ps-default-mode", "ps-fsgroup", "ps-map", "ps-map-mode", "ps-other-ns", "ps-multi", "projected-volume",
+        "pcm-default",
+        "pcm-default-mode",
+        "pcm-non-root",
+        "pcm-map",
+        "pcm-map-mode",
+        "pcm-map-non-root",
+        "pcm-multi",
+        "ps-default",
+        "ps-default-mode",
+        "ps-fsgroup",
+        "ps-map",
+        "ps-map-mode",
+        "ps-other-ns",
+        "ps-multi",
+        "projected-volume",
     ];
     s.wait_all(&pods, POD_TIMEOUT, terminal).await;
 
@@ -216,39 +312,123 @@ async fn to_completion(s: &Suite) {
     let content1 = || Want::has(format!("content of file \"{VOL}/data-1\": value-1"));
     let d2 = format!("{VOL}/path/to/data-2");
     let content2 = || Want::has(format!("content of file \"{VOL}/path/to/data-2\": value-2"));
-    s.expect_output(CM_DEFAULT, "pcm-default", c, &[content1(), file_mode(&d1, "-rw-r--r--")]);
-    s.expect_output(CM_DEFAULT_MODE, "pcm-default-mode", c, &[content1(), file_mode(&d1, "-r--------")]);
-    s.expect_output(CM_NON_ROOT, "pcm-non-root", c, &[content1(), file_mode(&d1, "-rw-r--r--")]);
-    s.expect_output(CM_MAP, "pcm-map", c, &[content2(), file_mode(&d2, "-rw-r--r--")]);
-    s.expect_output(CM_MAP_MODE, "pcm-map-mode", c, &[content2(), file_mode(&d2, "-r--------")]);
-    s.expect_output(CM_MAP_NON_ROOT, "pcm-map-non-root", c, &[content2(), file_mode(&d2, "-rw-r--r--")]);
-    s.expect_output(CM_MULTI, "pcm-multi", "projected-configmap-volume-test", &[content1()]);
+    s.expect_output(
+        CM_DEFAULT,
+        "pcm-default",
+        c,
+        &[content1(), file_mode(&d1, "-rw-r--r--")],
+    );
+    s.expect_output(
+        CM_DEFAULT_MODE,
+        "pcm-default-mode",
+        c,
+        &[content1(), file_mode(&d1, "-r--------")],
+    );
+    s.expect_output(
+        CM_NON_ROOT,
+        "pcm-non-root",
+        c,
+        &[content1(), file_mode(&d1, "-rw-r--r--")],
+    );
+    s.expect_output(
+        CM_MAP,
+        "pcm-map",
+        c,
+        &[content2(), file_mode(&d2, "-rw-r--r--")],
+    );
+    s.expect_output(
+        CM_MAP_MODE,
+        "pcm-map-mode",
+        c,
+        &[content2(), file_mode(&d2, "-r--------")],
+    );
+    s.expect_output(
+        CM_MAP_NON_ROOT,
+        "pcm-map-non-root",
+        c,
+        &[content2(), file_mode(&d2, "-rw-r--r--")],
+    );
+    s.expect_output(
+        CM_MULTI,
+        "pcm-multi",
+        "projected-configmap-volume-test",
+        &[content1()],
+    );
 
     let c = "projected-secret-volume-test";
     let s1 = format!("{SVOL}/data-1");
     let scontent = || Want::has(format!("content of file \"{SVOL}/data-1\": value-1"));
     let sm = format!("{SVOL}/new-path-data-1");
-    let smcontent = || Want::has(format!("content of file \"{SVOL}/new-path-data-1\": value-1"));
-    s.expect_output(S_DEFAULT, "ps-default", c, &[scontent(), file_mode(&s1, "-rw-r--r--")]);
-    s.expect_output(S_DEFAULT_MODE, "ps-default-mode", c, &[scontent(), file_mode(&s1, "-r--------")]);
-    s.expect_output(S_FS_GROUP, "ps-fsgroup", c, &[scontent(), file_mode(&s1, "-r--r-----")]);
-    s.expect_output(S_MAP, "ps-map", c, &[smcontent(), file_mode(&sm, "-rw-r--r--")]);
-    s.expect_output(S_MAP_MODE, "ps-map-mode", c, &[smcontent(), file_mode(&sm, "-r--------")]);
-    s.expect_output(S_OTHER_NS, "ps-other-ns", c, &[scontent(), file_mode(&s1, "-rw-r--r--")]);
-    s.expect_output(S_MULTI, "ps-multi", "secret-volume-test", &[scontent(), file_mode(&s1, "-rw-r--r--")]);
+    let smcontent = || {
+        Want::has(format!(
+            "content of file \"{SVOL}/new-path-data-1\": value-1"
+        ))
+    };
+    s.expect_output(
+        S_DEFAULT,
+        "ps-default",
+        c,
+        &[scontent(), file_mode(&s1, "-rw-r--r--")],
+    );
+    s.expect_output(
+        S_DEFAULT_MODE,
+        "ps-default-mode",
+        c,
+        &[scontent(), file_mode(&s1, "-r--------")],
+    );
+    s.expect_output(
+        S_FS_GROUP,
+        "ps-fsgroup",
+        c,
+        &[scontent(), file_mode(&s1, "-r--r-----")],
+    );
+    s.expect_output(
+        S_MAP,
+        "ps-map",
+        c,
+        &[smcontent(), file_mode(&sm, "-rw-r--r--")],
+    );
+    s.expect_output(
+        S_MAP_MODE,
+        "ps-map-mode",
+        c,
+        &[smcontent(), file_mode(&sm, "-r--------")],
+    );
+    s.expect_output(
+        S_OTHER_NS,
+        "ps-other-ns",
+        c,
+        &[scontent(), file_mode(&s1, "-rw-r--r--")],
+    );
+    s.expect_output(
+        S_MULTI,
+        "ps-multi",
+        "secret-volume-test",
+        &[scontent(), file_mode(&s1, "-rw-r--r--")],
+    );
 
     s.expect_output(
         ALL,
         "projected-volume",
         "projected-all-volume-test",
-        &[Want::has(s.name("projected-volume")), Want::has("secret-value-1"), Want::has("configmap-value-1")],
+        &[
+            Want::has(s.name("projected-volume")),
+            Want::has("secret-value-1"),
+            Want::has("configmap-value-1"),
+        ],
     );
 }
 
 const CM_UPDATES: &str = "Projected configMap updates should be reflected in volume";
 
 async fn cm_updates(s: &Suite) {
-    s.config_map(NS, "projected-configmap-test-upd", &[("data-1", "value-1")], &[]).await;
+    s.config_map(
+        NS,
+        "projected-configmap-test-upd",
+        &[("data-1", "value-1")],
+        &[],
+    )
+    .await;
     s.pod(
         CM_UPDATES,
         "pcm-upd",
@@ -256,7 +436,11 @@ async fn cm_updates(s: &Suite) {
             "projected-configmap-volume",
             "projected-configmap-test-upd",
             VOL,
-            &["--break_on_expected_content=false", "--retry_time=120", &format!("--file_content_in_loop={VOL}/data-1")],
+            &[
+                "--break_on_expected_content=false",
+                "--retry_time=120",
+                &format!("--file_content_in_loop={VOL}/data-1"),
+            ],
         ),
     )
     .await;
@@ -264,20 +448,47 @@ async fn cm_updates(s: &Suite) {
         return;
     }
     let c = "agnhost-container";
-    if !s.eventually_log(CM_UPDATES, "pcm-upd", c, Want::has("value-1"), UPDATE_TIMEOUT).await {
+    if !s
+        .eventually_log(
+            CM_UPDATES,
+            "pcm-upd",
+            c,
+            Want::has("value-1"),
+            UPDATE_TIMEOUT,
+        )
+        .await
+    {
         return;
     }
-    s.update_config_map(NS, "projected-configmap-test-upd", &[("data-1", "value-2")]).await;
-    s.eventually_log(CM_UPDATES, "pcm-upd", c, Want::has("value-2"), UPDATE_TIMEOUT).await;
+    s.update_config_map(NS, "projected-configmap-test-upd", &[("data-1", "value-2")])
+        .await;
+    s.eventually_log(
+        CM_UPDATES,
+        "pcm-upd",
+        c,
+        Want::has("value-2"),
+        UPDATE_TIMEOUT,
+    )
+    .await;
 }
 
 /// The "optional updates should be reflected in volume" specs of both files:
 /// three optional projections, one deleted, one updated, one created later.
 async fn optional_updates(s: &Suite, secret: bool) {
     let (spec, short, base, kind) = if secret {
-        ("Projected secret optional updates should be reflected in volume", "ps-opt", "/etc/projected-secret-volumes", "s")
+        (
+            "Projected secret optional updates should be reflected in volume",
+            "ps-opt",
+            "/etc/projected-secret-volumes",
+            "s",
+        )
     } else {
-        ("Projected configMap optional updates should be reflected in volume", "pcm-opt", "/etc/projected-configmap-volumes", "cm")
+        (
+            "Projected configMap optional updates should be reflected in volume",
+            "pcm-opt",
+            "/etc/projected-configmap-volumes",
+            "cm",
+        )
     };
     let del = format!("p{kind}-test-opt-del");
     let upd = format!("p{kind}-test-opt-upd");
@@ -304,14 +515,26 @@ async fn optional_updates(s: &Suite, secret: bool) {
         ("deletecm-volume", "updatecm-volume", "createcm-volume")
     };
     let (dc, uc, cc) = if secret {
-        ("dels-volume-test", "upds-volume-test", "creates-volume-test")
+        (
+            "dels-volume-test",
+            "upds-volume-test",
+            "creates-volume-test",
+        )
     } else {
-        ("delcm-volume-test", "updcm-volume-test", "createcm-volume-test")
+        (
+            "delcm-volume-test",
+            "updcm-volume-test",
+            "createcm-volume-test",
+        )
     };
     let loop_c = |name: &str, vol: &str, dir: &str, file: &str| {
         mounttest(
             name,
-            &["--break_on_expected_content=false", "--retry_time=120", &format!("--file_content_in_loop={base}/{dir}/{file}")],
+            &[
+                "--break_on_expected_content=false",
+                "--retry_time=120",
+                &format!("--file_content_in_loop={base}/{dir}/{file}"),
+            ],
             json!([mount(vol, &format!("{base}/{dir}"), true)]),
         )
     };
@@ -337,9 +560,25 @@ async fn optional_updates(s: &Suite, secret: bool) {
         return;
     }
     let t = UPDATE_TIMEOUT;
-    let ok = s.eventually_log(spec, short, cc, Want::has(format!("Error reading file {base}/create/data-1")), t).await
-        & s.eventually_log(spec, short, uc, Want::has(format!("Error reading file {base}/update/data-3")), t).await
-        & s.eventually_log(spec, short, dc, Want::has("value-1"), t).await;
+    let ok = s
+        .eventually_log(
+            spec,
+            short,
+            cc,
+            Want::has(format!("Error reading file {base}/create/data-1")),
+            t,
+        )
+        .await
+        & s.eventually_log(
+            spec,
+            short,
+            uc,
+            Want::has(format!("Error reading file {base}/update/data-3")),
+            t,
+        )
+        .await
+        & s.eventually_log(spec, short, dc, Want::has("value-1"), t)
+            .await;
     if !ok {
         return;
     }
@@ -348,12 +587,22 @@ async fn optional_updates(s: &Suite, secret: bool) {
         s.update_secret(NS, &upd, &[("data-3", b"value-3")]).await;
     } else {
         s.delete_config_map(NS, &del).await;
-        s.update_config_map(NS, &upd, &[("data-3", "value-3")]).await;
+        s.update_config_map(NS, &upd, &[("data-3", "value-3")])
+            .await;
     }
     create_obj(create).await;
-    s.eventually_log(spec, short, cc, Want::has("value-1"), t).await;
-    s.eventually_log(spec, short, uc, Want::has("value-3"), t).await;
-    s.eventually_log(spec, short, dc, Want::has(format!("Error reading file {base}/delete/data-1")), t).await;
+    s.eventually_log(spec, short, cc, Want::has("value-1"), t)
+        .await;
+    s.eventually_log(spec, short, uc, Want::has("value-3"), t)
+        .await;
+    s.eventually_log(
+        spec,
+        short,
+        dc,
+        Want::has(format!("Error reading file {base}/delete/data-1")),
+        t,
+    )
+    .await;
 }
 
 /// The `[Slow]` failure specs of both files: upstream reuses the plain
@@ -366,8 +615,17 @@ async fn non_optional(s: &Suite) {
             format!("--file_content_in_loop={path}/create/data-1"),
         ]
     };
-    let pod = |kind: &str, volume: &str, container: &str, obj: &str, path: &str, items: Option<Value>| {
-        let args = loop_args(if kind == "configMap" { "/etc/configmap-volumes" } else { "/etc/secret-volumes" });
+    let pod = |kind: &str,
+               volume: &str,
+               container: &str,
+               obj: &str,
+               path: &str,
+               items: Option<Value>| {
+        let args = loop_args(if kind == "configMap" {
+            "/etc/configmap-volumes"
+        } else {
+            "/etc/secret-volumes"
+        });
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut src = if kind == "configMap" {
             json!({"name": obj, "optional": false})
@@ -385,13 +643,21 @@ async fn non_optional(s: &Suite) {
         p["spec"]["volumes"][0][kind] = src;
         p
     };
-    s.config_map(NS, "pcm-test-opt-create-key", &CM_DATA, &[]).await;
+    s.config_map(NS, "pcm-test-opt-create-key", &CM_DATA, &[])
+        .await;
     s.secret(NS, "ps-test-opt-create-key", &SECRET_DATA).await;
     let cases = [
         (
             "Projected configMap Should fail non-optional pod creation due to configMap object does not exist [Slow]",
             "pcm-missing",
-            pod("configMap", "createcm-volume", "agnhost-container", "pcm-test-opt-create-missing", "/etc/projected-configmap-volumes", None),
+            pod(
+                "configMap",
+                "createcm-volume",
+                "agnhost-container",
+                "pcm-test-opt-create-missing",
+                "/etc/projected-configmap-volumes",
+                None,
+            ),
             "createcm-volume",
             "\"pcm-test-opt-create-missing\" not found",
         ),
@@ -412,7 +678,14 @@ async fn non_optional(s: &Suite) {
         (
             "Projected secret Should fail non-optional pod creation due to secret object does not exist [Slow]",
             "ps-missing",
-            pod("secret", "creates-volume", "creates-volume-test", "ps-test-opt-create-missing", "/etc/projected-secret-volumes", None),
+            pod(
+                "secret",
+                "creates-volume",
+                "creates-volume-test",
+                "ps-test-opt-create-missing",
+                "/etc/projected-secret-volumes",
+                None,
+            ),
             "creates-volume",
             "\"ps-test-opt-create-missing\" not found",
         ),
@@ -442,8 +715,19 @@ async fn non_optional(s: &Suite) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projected_volume_specs() {
     let s = Suite::start().await;
-    tokio::join!(to_completion(&s), cm_updates(&s), optional_updates(&s, false), optional_updates(&s, true), non_optional(&s));
-    for short in ["pcm-missing", "pcm-missing-key", "ps-missing", "ps-missing-key"] {
+    tokio::join!(
+        to_completion(&s),
+        cm_updates(&s),
+        optional_updates(&s, false),
+        optional_updates(&s, true),
+        non_optional(&s)
+    );
+    for short in [
+        "pcm-missing",
+        "pcm-missing-key",
+        "ps-missing",
+        "ps-missing-key",
+    ] {
         s.still_pending(&format!("{short}: stays Pending"), short);
     }
     s.finish("volumes_projected").await;
