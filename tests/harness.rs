@@ -242,6 +242,33 @@ impl Node {
         let _ = std::fs::remove_dir_all(
             Path::new("/var/log/pods").join(format!("default_x_{}", self.name)),
         );
+        unmount_under(self.dir.path());
+    }
+
+    /// The kubelet's `--root-dir`.
+    pub fn root_dir(&self) -> PathBuf {
+        self.cfg.root_dir.clone()
+    }
+}
+
+/// Lazily unmounts everything mounted under `dir` (tmpfs volumes, subPath
+/// and local-PV bind mounts a test left), deepest first, so the temporary
+/// directory can be removed.
+pub fn unmount_under(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(p)
+            .status();
     }
 }
 

@@ -1,8 +1,13 @@
 //! Authentication (client certificates, bearer tokens: bootstrap tokens and
 //! static tokens) and authorization (RBAC-like rules for `system:masters`,
 //! bootstrappers and the Node authorizer + NodeRestriction for kubelets).
+//! Service account tokens the double issued are bearer tokens too
+//! ([`crate::token`]).
 
 use std::collections::HashMap;
+
+use crate::graph;
+use crate::store::Store;
 
 /// Who sent a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,29 +83,110 @@ pub struct Attributes<'a> {
     pub name: &'a str,
 }
 
-/// Whether `who` may do `what`.
-pub fn authorize(who: &Identity, what: &Attributes<'_>) -> bool {
+/// An authorizer's answer (upstream `authorizer.Decision` with its reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed.
+    Allow,
+    /// Not allowed; the reason (possibly empty) ends the 403 message.
+    Deny(String),
+}
+
+impl Decision {
+    fn deny(reason: &str) -> Self {
+        Self::Deny(reason.to_string())
+    }
+
+    /// Whether this is [`Decision::Allow`].
+    pub fn allowed(&self) -> bool {
+        matches!(self, Self::Allow)
+    }
+}
+
+impl From<bool> for Decision {
+    fn from(allowed: bool) -> Self {
+        if allowed {
+            Self::Allow
+        } else {
+            Self::Deny(String::new())
+        }
+    }
+}
+
+/// Whether `who` may do `what`: `system:masters`, the bootstrappers' CSR
+/// rights, and for kubelets the Node authorizer (upstream
+/// `plugin/pkg/auth/authorizer/node`), whose secrets, configmaps, claims,
+/// volumes and service account tokens are reached through the pods bound to
+/// the node in `store` ([`crate::graph`]).
+pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decision {
     if who.in_group("system:masters") {
-        return true;
+        return Decision::Allow;
     }
     let read = matches!(what.verb, "get" | "list" | "watch");
     if what.resource == "certificatesigningrequests" && what.subresource.is_empty() {
-        return read || what.verb == "create";
+        return (read || what.verb == "create").into();
     }
     let Some(node) = who.node_name() else {
-        return false;
+        return Decision::Deny(String::new());
+    };
+    let related = |resource: &str| -> Decision {
+        if what.name.is_empty() {
+            return Decision::deny("No Object name found");
+        }
+        let ok = if resource == "persistentvolumes" {
+            graph::node_reaches_pv(store, node, what.name)
+        } else {
+            graph::node_reaches(store, node, resource, what.namespace, what.name)
+        };
+        if ok {
+            Decision::Allow
+        } else {
+            Decision::Deny(format!(
+                "no relationship found between node '{node}' and this object"
+            ))
+        }
     };
     match what.resource {
-        "nodes" => read || what.verb == "create" || what.name == node,
-        "leases" => {
-            what.namespace == "kube-node-lease" && (what.name == node || what.verb == "create")
+        "secrets" | "configmaps" => {
+            if !read {
+                Decision::deny("can only read resources of this type")
+            } else if !what.subresource.is_empty() {
+                Decision::deny("cannot read subresource")
+            } else if what.namespace.is_empty() {
+                Decision::deny("can only read namespaced object of this type")
+            } else {
+                related(what.resource)
+            }
         }
+        "persistentvolumeclaims" | "persistentvolumes" => {
+            if what.verb != "get" {
+                Decision::deny("can only get individual resources of this type")
+            } else if !what.subresource.is_empty() {
+                Decision::deny("cannot get subresource")
+            } else {
+                related(what.resource)
+            }
+        }
+        "serviceaccounts" => {
+            if what.verb != "create" || what.name.is_empty() {
+                Decision::deny("can only create tokens for individual service accounts")
+            } else if what.subresource != "token" {
+                Decision::deny("can only create token subresource of serviceaccount")
+            } else {
+                related(what.resource)
+            }
+        }
+        // The static rules of the `system:node` ClusterRole.
+        "nodes" => (read || what.verb == "create" || what.name == node).into(),
+        "leases" => (what.namespace == "kube-node-lease"
+            && (what.name == node || what.verb == "create"))
+            .into(),
         // Mirror pod creation is checked against the body (NodeRestriction).
-        "pods" => read || matches!(what.verb, "create" | "delete" | "update" | "patch"),
-        "events" => matches!(what.verb, "create" | "update" | "patch"),
-        "configmaps" | "secrets" | "services" | "persistentvolumeclaims" => read,
-        "tokenreviews" | "subjectaccessreviews" => what.verb == "create",
-        _ => false,
+        "pods" => (read || matches!(what.verb, "create" | "delete" | "update" | "patch")).into(),
+        "events" => matches!(what.verb, "create" | "update" | "patch").into(),
+        "services" => read.into(),
+        "tokenreviews" | "subjectaccessreviews" => (what.verb == "create").into(),
+        _ => Decision::Deny(String::new()),
     }
 }
 
@@ -116,6 +202,10 @@ mod tests {
             namespace: "",
             name,
         }
+    }
+
+    fn authorize(who: &Identity, what: &Attributes<'_>) -> bool {
+        super::authorize(who, what, &Store::new(10)).allowed()
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum BadValue {
     Str(String),
     /// A number.
     Int(i64),
+    /// A value already formatted as Go's `%#v` prints it (`[]string{"a"}`).
+    Raw(String),
 }
 
 impl fmt::Display for BadValue {
@@ -23,6 +25,7 @@ impl fmt::Display for BadValue {
         match self {
             Self::Str(s) => write!(f, "{s:?}"),
             Self::Int(n) => write!(f, "{n}"),
+            Self::Raw(s) => f.write_str(s),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! It serves the REST semantics a kubelet relies on, over TLS with client
 //! certificate and bearer-token authentication:
 //! - list and watch with `resourceVersion`, bookmarks, `fieldSelector`
-//!   (`spec.nodeName`), `labelSelector`, paging, and 410 Gone for a
+//!   (`spec.nodeName`, `metadata.name`, `metadata.namespace`, any field
+//!   path), `labelSelector`, paging, and 410 Gone for a
 //!   revision older than the kept history ([`store`]);
 //! - create/get/update/patch/delete with `resourceVersion` and `uid`
 //!   preconditions, JSON merge, strategic merge and JSON patch ([`patch`]),
@@ -13,17 +14,30 @@
 //!   QoS class set on create ([`qos`]), never by the kubelet's;
 //! - Node, Pod, Lease, Event, CSR (with the kubelet client auto-approver and
 //!   signer, [`csr`]), TokenReview and SubjectAccessReview ([`review`]); 401 for unknown credentials, 403 from
-//!   RBAC-like rules and NodeRestriction ([`auth`]);
+//!   RBAC-like rules, the Node authorizer's graph ([`graph`]) and
+//!   NodeRestriction ([`auth`]);
+//! - ConfigMap, Secret, Namespace, Service (ClusterIPs from
+//!   [`strategy::SERVICE_CIDR`]), ServiceAccount with the `token`
+//!   subresource (ES256 JWTs, [`token`]), PersistentVolume and
+//!   PersistentVolumeClaim ([`strategy`]);
+//! - what controllers publish: the system namespaces, the `kubernetes`
+//!   Service, each namespace's `default` ServiceAccount and
+//!   `kube-root-ca.crt` ConfigMap ([`controllers`]); a namespace is created
+//!   on first use;
 //! - fault injection: refuse connections, hang requests, answer 500s.
 //!
 //! Upstream behaviour it follows is named in each module; what it leaves out
-//! (admission beyond NodeRestriction, server-side apply, protobuf, field
-//! managers) is not used by kubelet-rs.
+//! (admission beyond NodeRestriction and the opt-in ServiceAccount plugin,
+//! [`admission`]; server-side apply, protobuf, field managers) is not used
+//! by kubelet-rs.
 
+pub mod admission;
 pub mod auth;
+pub mod controllers;
 pub mod csr;
 pub mod defaults;
 pub mod field;
+pub mod graph;
 pub mod patch;
 pub mod pki;
 pub mod pod;
@@ -32,7 +46,12 @@ pub mod quantity;
 pub mod rest;
 pub mod review;
 pub mod store;
+pub mod strategy;
+pub mod token;
 pub mod validation;
+
+#[cfg(test)]
+mod kube_tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -58,6 +77,9 @@ pub enum DoubleError {
     /// Certificates.
     #[error(transparent)]
     Pki(#[from] pki::PkiError),
+    /// The service account signing key.
+    #[error("service account key: {0}")]
+    Key(#[from] rcgen::Error),
     /// TLS setup.
     #[error("tls: {0}")]
     Tls(String),
@@ -95,7 +117,21 @@ pub struct Options {
     pub tokens: HashMap<String, Identity>,
     /// Grants SubjectAccessReviews are decided by (`system:masters` aside).
     pub access_rules: Vec<review::AccessRule>,
+    /// `iss` of service account tokens (`--service-account-issuer`).
+    pub service_account_issuer: String,
+    /// The API audiences (`--api-audiences`): the default audience of
+    /// TokenRequests, and what a service account token must be for to
+    /// authenticate to the double.
+    pub api_audiences: Vec<String>,
+    /// Whether the ServiceAccount admission plugin runs on pod creation
+    /// ([`admission`]: default service account, the `kube-api-access-*`
+    /// volume and mounts, pull secrets from the service account). Upstream
+    /// always runs it; off by default here so pods stay as tests wrote them.
+    pub service_account_admission: bool,
 }
+
+/// kubeadm's service account issuer (and API audience).
+pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 impl Default for Options {
     fn default() -> Self {
@@ -107,6 +143,9 @@ impl Default for Options {
             backdate: Duration::from_secs(300),
             tokens: HashMap::new(),
             access_rules: Vec::new(),
+            service_account_issuer: DEFAULT_ISSUER.to_string(),
+            api_audiences: vec![DEFAULT_ISSUER.to_string()],
+            service_account_admission: false,
         }
     }
 }
@@ -135,6 +174,7 @@ pub struct Shared {
     pub(crate) store: Mutex<Store>,
     pub(crate) options: Options,
     pub(crate) ca: pki::Ca,
+    pub(crate) signer: token::Signer,
     pub(crate) tokens: RwLock<HashMap<String, Identity>>,
     pub(crate) cert_lifetime: RwLock<Duration>,
     fault: watch::Sender<Fault>,
@@ -202,8 +242,13 @@ impl ApiServer {
         let addr = listener.local_addr()?;
         let mut tokens = auth::default_tokens();
         tokens.extend(options.tokens.clone());
+        let mut store = Store::new(options.history_limit);
+        controllers::bootstrap(&mut store, &ca.cert_pem, addr.port());
+        // The bootstrap objects predate any watch.
+        store.compact();
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(options.history_limit)),
+            store: Mutex::new(store),
+            signer: token::Signer::new()?,
             cert_lifetime: RwLock::new(options.cert_lifetime),
             options,
             ca,
@@ -220,6 +265,36 @@ impl ApiServer {
     /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
+    }
+
+    /// The port the double listens on (the `kubernetes` Service's targetPort).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The public key service account tokens are signed with (PEM, P-256, ES256).
+    pub fn service_account_public_key_pem(&self) -> String {
+        self.shared.signer.public_key_pem()
+    }
+
+    /// The `kid` header of service account tokens.
+    pub fn service_account_key_id(&self) -> String {
+        self.shared.signer.key_id().to_string()
+    }
+
+    /// What a service account token the double issued stands for, if it is
+    /// still valid for one of `audiences` (empty: the API audiences).
+    pub fn review_token(&self, token: &str, audiences: &[String]) -> Option<token::IssuedToken> {
+        let auds = if audiences.is_empty() {
+            &self.shared.options.api_audiences
+        } else {
+            audiences
+        };
+        let store = self.shared.store.lock();
+        self.shared
+            .signer
+            .authenticate(token, auds, &store)
+            .map(|(t, _)| t)
     }
 
     /// The CA certificate (PEM).

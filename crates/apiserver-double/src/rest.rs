@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::auth::{Attributes, Identity, authorize};
+use crate::auth::{Attributes, Decision, Identity, authorize};
 use crate::csr;
 use crate::store::{Change, EventType, Key};
 use crate::{Fault, Shared};
@@ -81,6 +81,30 @@ const KINDS: &[Kind] = &[
         resource: "namespaces",
         api_version: "v1",
         kind: "Namespace",
+        namespaced: false,
+    },
+    Kind {
+        resource: "services",
+        api_version: "v1",
+        kind: "Service",
+        namespaced: true,
+    },
+    Kind {
+        resource: "serviceaccounts",
+        api_version: "v1",
+        kind: "ServiceAccount",
+        namespaced: true,
+    },
+    Kind {
+        resource: "persistentvolumeclaims",
+        api_version: "v1",
+        kind: "PersistentVolumeClaim",
+        namespaced: true,
+    },
+    Kind {
+        resource: "persistentvolumes",
+        api_version: "v1",
+        kind: "PersistentVolume",
         namespaced: false,
     },
     Kind {
@@ -151,7 +175,7 @@ fn json_body(v: &Value) -> Body {
     Full::new(Bytes::from(v.to_string())).boxed()
 }
 
-fn respond(code: StatusCode, v: &Value) -> Response<Body> {
+pub(crate) fn respond(code: StatusCode, v: &Value) -> Response<Body> {
     let mut r = Response::new(json_body(v));
     *r.status_mut() = code;
     r.headers_mut().insert(
@@ -197,13 +221,13 @@ fn conflict(t: &Target) -> Response<Body> {
     )
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
 }
 
-fn new_uid() -> String {
+pub(crate) fn new_uid() -> String {
     let b: [u8; 16] = rand::random();
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
@@ -242,7 +266,16 @@ pub async fn handle(
         .and_then(|h| h.strip_prefix("Bearer "))
         .map(str::to_string);
     let who = match bearer {
-        Some(t) => shared.tokens.read().get(&t).cloned(),
+        Some(t) => {
+            let known = shared.tokens.read().get(&t).cloned();
+            known.or_else(|| {
+                let store = shared.store.lock();
+                shared
+                    .signer
+                    .authenticate(&t, &shared.options.api_audiences, &store)
+                    .map(|(issued, _)| issued.identity())
+            })
+        }
         None => peer,
     };
     shared.log_request(&req, who.as_ref());
@@ -288,31 +321,22 @@ pub async fn handle(
             );
         }
     };
+    // Upstream's request info names a list or watch by its
+    // `metadata.name` field selector, so authorizers see one object.
+    let selected = matches!(verb, "list" | "watch")
+        .then(|| q.get("fieldSelector").and_then(|f| name_selector(f)))
+        .flatten();
+    let name = selected.as_deref().unwrap_or(&t.name);
     let attrs = Attributes {
         verb,
         resource: t.kind.resource,
         subresource: &t.sub,
         namespace: &t.namespace,
-        name: &t.name,
+        name,
     };
-    if !authorize(&who, &attrs) {
-        let scope = if t.namespace.is_empty() {
-            "at the cluster scope".to_string()
-        } else {
-            format!("in the namespace \"{}\"", t.namespace)
-        };
-        let group = t.kind.api_version.split_once('/').map_or("", |(g, _)| g);
-        return status(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            &format!(
-                "{} \"{}\" is forbidden: User \"{}\" cannot {verb} resource \"{}\" in API group \"{group}\" {scope}",
-                group_resource(t.kind),
-                t.name,
-                who.user,
-                t.kind.resource
-            ),
-        );
+    let decision = authorize(&who, &attrs, &shared.store.lock());
+    if let Decision::Deny(reason) = decision {
+        return forbidden(&t, &who, verb, name, &reason);
     }
     let content_type = req
         .headers()
@@ -327,6 +351,23 @@ pub async fn handle(
     if crate::review::is_review(t.kind.resource) {
         return crate::review::serve(&shared, t.kind, verb, &body);
     }
+    if t.kind.resource == "serviceaccounts" && !t.sub.is_empty() {
+        return match (t.sub.as_str(), verb) {
+            ("token", "create") => {
+                crate::token::create(&shared, &who, &t.namespace, &t.name, &body)
+            }
+            ("token", _) => status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ),
+            _ => status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        };
+    }
     match verb {
         "watch" => watch(&shared, &t, &q),
         "list" => list(&shared, &t, &q),
@@ -336,6 +377,43 @@ pub async fn handle(
         "patch" => patch(&shared, &t, &content_type, &body),
         _ => delete(&shared, &t, &q, &body),
     }
+}
+
+/// The name a `metadata.name=<n>` (or `==`) field selector picks.
+fn name_selector(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let (k, v) = term.split_once("==").or_else(|| term.split_once('='))?;
+        (k.trim() == "metadata.name").then(|| v.trim().to_string())
+    })
+}
+
+/// A 403 as upstream's `responsewriters.Forbidden` words it.
+fn forbidden(t: &Target, who: &Identity, verb: &str, name: &str, reason: &str) -> Response<Body> {
+    let scope = if t.namespace.is_empty() {
+        "at the cluster scope".to_string()
+    } else {
+        format!("in the namespace \"{}\"", t.namespace)
+    };
+    let group = t.kind.api_version.split_once('/').map_or("", |(g, _)| g);
+    let resource = if t.sub.is_empty() {
+        t.kind.resource.to_string()
+    } else {
+        format!("{}/{}", t.kind.resource, t.sub)
+    };
+    let subject = if name.is_empty() {
+        group_resource(t.kind)
+    } else {
+        format!("{} \"{name}\"", group_resource(t.kind))
+    };
+    let mut msg = format!(
+        "{subject} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}",
+        who.user
+    );
+    if !reason.is_empty() {
+        msg.push_str(": ");
+        msg.push_str(reason);
+    }
+    status(StatusCode::FORBIDDEN, "Forbidden", &msg)
 }
 
 fn key(t: &Target, name: &str) -> Key {

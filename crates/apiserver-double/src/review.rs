@@ -5,7 +5,8 @@
 //! that store nothing and answer with the posted object plus its `status`.
 //!
 //! Tokens come from the double's token table ([`crate::Options::tokens`] and
-//! the bootstrap token). Access is decided like the apiserver's authorizer
+//! the bootstrap token) and the service account tokens it issued
+//! ([`crate::token`]). Access is decided like the apiserver's authorizer
 //! chain with RBAC: `system:masters` may do anything, otherwise an
 //! [`AccessRule`] (a ClusterRoleBinding of a ClusterRole, folded into one
 //! value) must match; no match is "no opinion", i.e. `allowed: false`.
@@ -148,16 +149,41 @@ fn token_review(shared: &Shared, obj: &Value) -> Result<Value, Response<Body>> {
             "token is required for TokenReview in authentication",
         ));
     }
-    let audiences = obj
+    let requested: Vec<String> = obj
         .pointer("/spec/audiences")
-        .cloned()
-        .unwrap_or_else(|| json!([]));
-    Ok(match shared.tokens.read().get(token) {
-        Some(u) => json!({
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(u) = shared.tokens.read().get(token) {
+        return Ok(json!({
             "authenticated": true,
             "user": {"username": u.user, "uid": format!("uid-{}", u.user), "groups": u.groups},
-            "audiences": audiences,
-        }),
+            "audiences": requested,
+        }));
+    }
+    // Service account tokens must be for the requested audiences, or for
+    // the API audiences when none are requested.
+    let wanted = if requested.is_empty() {
+        &shared.options.api_audiences
+    } else {
+        &requested
+    };
+    let store = shared.store.lock();
+    Ok(match shared.signer.authenticate(token, wanted, &store) {
+        Some((t, audiences)) => {
+            let who = t.identity();
+            json!({
+                "authenticated": true,
+                "user": {"username": who.user, "uid": t.service_account_uid,
+                    "groups": who.groups, "extra": t.extra()},
+                "audiences": audiences,
+            })
+        }
         None => json!({"authenticated": false, "user": {}}),
     })
 }

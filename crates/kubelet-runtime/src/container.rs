@@ -80,8 +80,9 @@ fn resources(cfg: &RuntimeConfig, p: &Pod, c: &Container) -> pb::LinuxContainerR
     out
 }
 
-/// Plain `env` values, each expanded against the variables defined before it.
-/// `valueFrom` and `envFrom` need the apiserver and are skipped with a warning.
+/// Plain `env` values, each expanded against the variables defined before it,
+/// for a manager without a [`crate::RuntimeHelper`] (unit tests): `valueFrom`
+/// and `envFrom` need the kubelet and are skipped with a warning.
 fn envs(c: &Container) -> (Vec<pb::KeyValue>, HashMap<String, String>) {
     let mut out = Vec::new();
     let mut vars = HashMap::new();
@@ -107,8 +108,22 @@ pub(crate) fn container_config(
     c: &Container,
     restart_count: i32,
     image_ref: &str,
+    opts: Option<crate::RunContainerOptions>,
 ) -> pb::ContainerConfig {
-    let (envs, vars) = envs(c);
+    let (envs, vars, mounts) = match opts {
+        Some(o) => {
+            let vars = o
+                .envs
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect();
+            (o.envs, vars, o.mounts)
+        }
+        None => {
+            let (envs, vars) = envs(c);
+            (envs, vars, vec![])
+        }
+    };
     let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|s| expand(s, &vars)).collect()
     };
@@ -126,6 +141,7 @@ pub(crate) fn container_config(
         args: expand_all(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
+        mounts,
         labels: labels::container_labels(p, c),
         annotations: labels::container_annotations(p, c, restart_count),
         log_path: format!("{}/{}.log", c.name, restart_count),
@@ -168,7 +184,7 @@ mod tests {
         .expect("pod");
         let c = &pod::containers(&p)[0];
         let cfg = RuntimeConfig::default();
-        let cc = container_config(&cfg, &p, c, 3, "sha256:abc");
+        let cc = container_config(&cfg, &p, c, 3, "sha256:abc", None);
         assert_eq!(cc.metadata.as_ref().map(|m| m.attempt), Some(3));
         assert_eq!(cc.log_path, "c/3.log");
         assert_eq!(

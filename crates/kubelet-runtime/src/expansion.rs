@@ -6,7 +6,14 @@
 use std::collections::HashMap;
 
 /// Expands `$(NAME)` references in `input` from `vars`.
-pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    expand_with(input, |name| vars.get(name).cloned())
+}
+
+/// Expands `$(NAME)` references in `input` through `mapping`; a name it
+/// maps to `None` stays as written (upstream `expansion.Expand` with
+/// `MappingFuncFor`).
+pub fn expand_with(input: &str, mut mapping: impl FnMut(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(input.len());
     let bytes = input.as_bytes();
     let mut i = 0;
@@ -21,8 +28,8 @@ pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
                 b'(' => {
                     if let Some(close) = input[i + 2..].find(')') {
                         let name = &input[i + 2..i + 2 + close];
-                        match vars.get(name) {
-                            Some(v) => out.push_str(v),
+                        match mapping(name) {
+                            Some(v) => out.push_str(&v),
                             None => out.push_str(&input[i..i + 3 + close]),
                         }
                         i += 3 + close;

@@ -11,7 +11,7 @@ pub mod backoff;
 pub mod cgroups;
 mod container;
 mod error;
-mod expansion;
+pub mod expansion;
 pub mod images;
 pub mod instrumented;
 pub mod labels;
@@ -55,5 +55,5 @@ pub fn generate_container_config(
     restart_count: i32,
     image_ref: &str,
 ) -> cri::pb::ContainerConfig {
-    container::container_config(cfg, pod, container, restart_count, image_ref)
+    container::container_config(cfg, pod, container, restart_count, image_ref, None)
 }

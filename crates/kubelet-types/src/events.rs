@@ -51,6 +51,8 @@ pub mod reason {
     pub const STARTING: &str = "Starting";
     /// Probe failed.
     pub const UNHEALTHY: &str = "Unhealthy";
+    /// A volume could not be set up (upstream `FailedMountVolume`).
+    pub const FAILED_MOUNT: &str = "FailedMount";
 }
 
 /// Records events; implementations must not block.

@@ -9,6 +9,7 @@ pub mod defaults;
 mod enums;
 mod error;
 pub mod events;
+pub mod fieldpath;
 pub mod hash;
 pub mod labels;
 pub mod pod;

@@ -14,7 +14,12 @@ pub mod host;
 
 pub use error::{Error, Result};
 pub use host::{ObjectError, VolumeHost};
+pub mod emptydir;
+pub mod hostpath;
 pub mod mount;
+pub mod ownership;
 pub mod plugin;
+pub mod pvc;
+pub mod subpath;
 
 pub use plugin::{MountedVolume, SetUpRequest, plugin_for, set_up, tear_down, volume_dir};

@@ -8,7 +8,10 @@ use nix::mount::{MntFlags, MsFlags};
 
 use crate::{Error, Result};
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+/// Runs `f` on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::Io {
@@ -52,38 +55,38 @@ pub async fn mount_tmpfs(path: &Path, size_bytes: Option<u64>, mode: u32) -> Res
 /// asked (a second remount, as Linux needs).
 pub async fn bind_mount(source: &Path, target: &Path, read_only: bool) -> Result<()> {
     let (source, target) = (source.to_path_buf(), target.to_path_buf());
-    blocking(move || {
-        if !target.exists() {
-            if source.is_dir() {
-                std::fs::create_dir_all(&target)
-                    .map_err(Error::io("create mount point", &target))?;
-            } else {
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(Error::io("create directory", parent))?;
-                }
-                std::fs::File::create(&target).map_err(Error::io("create mount point", &target))?;
+    blocking(move || bind_mount_blocking(&source, &target, read_only)).await
+}
+
+/// [`bind_mount`], on the calling thread.
+pub fn bind_mount_blocking(source: &Path, target: &Path, read_only: bool) -> Result<()> {
+    if !target.exists() {
+        if source.is_dir() {
+            std::fs::create_dir_all(target).map_err(Error::io("create mount point", target))?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(Error::io("create directory", parent))?;
             }
+            std::fs::File::create(target).map_err(Error::io("create mount point", target))?;
         }
-        if is_mount_point_blocking(&target)? {
-            return Ok(());
-        }
-        let mount = |flags: MsFlags| {
-            nix::mount::mount(Some(&source), &target, None::<&str>, flags, None::<&str>).map_err(
-                |e| Error::Mount {
-                    context: "bind mount on",
-                    path: target.clone(),
-                    source: e,
-                },
-            )
-        };
-        mount(MsFlags::MS_BIND)?;
-        if read_only {
-            mount(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY)?;
-        }
-        Ok(())
-    })
-    .await
+    }
+    if is_mount_point_blocking(target)? {
+        return Ok(());
+    }
+    let mount = |flags: MsFlags| {
+        nix::mount::mount(Some(source), target, None::<&str>, flags, None::<&str>).map_err(|e| {
+            Error::Mount {
+                context: "bind mount on",
+                path: target.to_path_buf(),
+                source: e,
+            }
+        })
+    };
+    mount(MsFlags::MS_BIND)?;
+    if read_only {
+        mount(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY)?;
+    }
+    Ok(())
 }
 
 /// Unmounts `path` if it is a mount point (all stacked mounts); a path that
@@ -105,6 +108,82 @@ pub fn unmount_blocking(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Mounts a file system of type `fstype` from `source` on `target` with
+/// the option string `data` (upstream `mounter.MountSensitiveWithoutSystemd`),
+/// on the calling thread.
+pub fn mount_blocking(source: &str, target: &Path, fstype: &str, data: &str) -> Result<()> {
+    nix::mount::mount(
+        Some(source),
+        target,
+        Some(fstype),
+        MsFlags::empty(),
+        (!data.is_empty()).then_some(data),
+    )
+    .map_err(|source| Error::Mount {
+        context: "mount",
+        path: target.to_path_buf(),
+        source,
+    })
+}
+
+/// The mount points at `dir` or below it, from `/proc/self/mountinfo`
+/// (what a recursive delete of `dir` would reach through).
+pub fn mounts_under_blocking(dir: &Path) -> Result<Vec<PathBuf>> {
+    let Ok(canonical) = std::fs::canonicalize(dir) else {
+        return Ok(Vec::new());
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(Error::io("read", "/proc/self/mountinfo"))?;
+    Ok(mount_points(&info)
+        .map(PathBuf::from)
+        .filter(|m| m.starts_with(&canonical))
+        .collect())
+}
+
+/// The other mount points showing the same directory of the same file
+/// system as the mount point `path` (upstream `GetMountRefs`: same
+/// `major:minor` and root in `/proc/self/mountinfo`), e.g. other pods'
+/// bind mounts of one local PV.
+pub fn mount_refs_blocking(path: &Path) -> Result<Vec<PathBuf>> {
+    let Ok(canonical) = std::fs::canonicalize(path) else {
+        return Ok(Vec::new());
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(Error::io("read", "/proc/self/mountinfo"))?;
+    let entries: Vec<(String, String, PathBuf)> = info
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let dev = f.nth(2)?.to_string();
+            let root = unescape(f.next()?);
+            let mp = PathBuf::from(unescape(f.next()?));
+            Some((dev, root, mp))
+        })
+        .collect();
+    let Some((dev, root, _)) = entries.iter().rev().find(|e| e.2 == canonical) else {
+        return Ok(Vec::new());
+    };
+    Ok(entries
+        .iter()
+        .filter(|e| &e.0 == dev && &e.1 == root && e.2 != canonical)
+        .map(|e| e.2.clone())
+        .collect())
+}
+
+/// [`fs_type`], on the calling thread.
+pub fn fs_type_blocking(path: &Path) -> Result<Option<String>> {
+    let Ok(canonical) = std::fs::canonicalize(path) else {
+        return Ok(None);
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(Error::io("read", "/proc/self/mountinfo"))?;
+    Ok(info.lines().rev().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mp = unescape(pre.split(' ').nth(4)?);
+        (Path::new(&mp) == canonical).then(|| post.split(' ').next().unwrap_or("").to_string())
+    }))
+}
+
 /// Whether `path` is a mount point, from `/proc/self/mountinfo`.
 pub async fn is_mount_point(path: &Path) -> Result<bool> {
     let path = path.to_path_buf();
@@ -124,19 +203,7 @@ pub fn is_mount_point_blocking(path: &Path) -> Result<bool> {
 /// The file system type mounted at `path`, if it is a mount point.
 pub async fn fs_type(path: &Path) -> Result<Option<String>> {
     let path = path.to_path_buf();
-    blocking(move || {
-        let Ok(canonical) = std::fs::canonicalize(&path) else {
-            return Ok(None);
-        };
-        let info = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(Error::io("read", "/proc/self/mountinfo"))?;
-        Ok(info.lines().rev().find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let mp = unescape(pre.split(' ').nth(4)?);
-            (Path::new(&mp) == canonical).then(|| post.split(' ').next().unwrap_or("").to_string())
-        }))
-    })
-    .await
+    blocking(move || fs_type_blocking(&path)).await
 }
 
 /// Mount points listed in a mountinfo text (field 5, octal escapes undone).

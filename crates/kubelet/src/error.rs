@@ -53,6 +53,9 @@ pub enum Error {
     /// Steps of a sync failed; the pod is retried.
     #[error("{}", join(.0))]
     Sync(Vec<kubelet_runtime::Error>),
+    /// The pod's volumes are not set up (upstream `WaitForAttachAndMount`).
+    #[error("Unable to attach or mount volumes: {0}")]
+    Volumes(#[source] crate::volumemanager::VolumeError),
     /// Stopping or removing the pod failed.
     #[error("killing pod: {0}")]
     Kill(#[source] kubelet_runtime::Error),
@@ -72,6 +75,7 @@ impl Error {
         match self {
             Self::PodStatus(e) => e.reason(),
             Self::Kill(e) => e.reason(),
+            Self::Volumes(_) => kubelet_types::events::reason::FAILED_MOUNT,
             Self::Sync(v) => v
                 .first()
                 .map_or("FailedSync", kubelet_runtime::Error::reason),

@@ -23,6 +23,8 @@ use crate::pod_start::{self, StartRecorder};
 use crate::pod_workers::{PodSyncer, SyncOutcome};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
+use crate::volume_host::KubeletVolumeHost;
+use crate::volumemanager::VolumeManager;
 
 /// Syncs pods on a CRI runtime and records their status.
 pub struct RuntimePodSyncer {
@@ -38,6 +40,7 @@ pub struct RuntimePodSyncer {
     last_sync: Mutex<HashMap<String, Instant>>,
     created: Instant,
     start: Option<StartRecorder>,
+    volumes: Option<(VolumeManager, Arc<KubeletVolumeHost>)>,
 }
 
 impl RuntimePodSyncer {
@@ -60,7 +63,20 @@ impl RuntimePodSyncer {
             last_sync: Mutex::new(HashMap::new()),
             created: Instant::now(),
             start: None,
+            volumes: None,
         }
+    }
+
+    /// Waits for each pod's volumes before starting its containers, and
+    /// tears them down once the containers are gone.
+    /// `host` watches the objects each pod references while it lives.
+    pub fn with_volume_manager(
+        mut self,
+        volumes: VolumeManager,
+        host: Arc<KubeletVolumeHost>,
+    ) -> Self {
+        self.volumes = Some((volumes, host));
+        self
     }
 
     /// Observes pod startup latency and the startup breakdown in `metrics`.
@@ -257,6 +273,28 @@ impl RuntimePodSyncer {
         }
         self.record(p, &before);
         let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
+        if let Some((_, host)) = &self.volumes {
+            host.register_pod(p);
+        }
+        if let Some((volumes, _)) = &self.volumes
+            && let Err(e) = volumes.wait_for_attach_and_mount(p).await
+        {
+            // Upstream records the failure unless the wait merely timed out:
+            // each failed set-up already was a FailedMount event.
+            if !e.is_timeout() {
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_MOUNT,
+                    format!("Unable to attach or mount volumes: {e}"),
+                );
+            }
+            tracing::error!(error = %e, "Unable to attach or mount volumes for pod; skipping pod");
+            return SyncOutcome {
+                error: Some(Error::Volumes(e)),
+                requeue_after: None,
+            };
+        }
         let mut result = self.runtime.sync_pod(p, &before, now).await;
         pod_start::record_timings(&result.timings);
         if let Some(left) = left {
@@ -296,6 +334,13 @@ impl RuntimePodSyncer {
             .kill_pod(&status, pod::grace_period(p), true)
             .await
             .map_err(Error::Kill)?;
+        if let Some((volumes, host)) = &self.volumes {
+            // The containers are stopped: nothing uses the volumes any more.
+            volumes.pod_terminated(uid, remove);
+            if remove {
+                host.unregister_pod(p);
+            }
+        }
         if remove {
             // Killing changes states, not which containers and sandboxes exist.
             self.runtime

@@ -79,6 +79,7 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
     }
     let k = key(t, &name);
     let mut store = shared.store.lock();
+    let ca = shared.ca.cert_pem.as_str();
     if store.get(&k).is_some() {
         return status(
             StatusCode::CONFLICT,
@@ -104,6 +105,16 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
     obj["metadata"] = meta;
     match t.kind.resource {
         "pods" => {
+            if shared.options.service_account_admission {
+                crate::controllers::ensure_namespace(&mut store, &k.namespace, ca);
+                if let Err(why) = crate::admission::admit_pod(&store, &t.namespace, &mut obj) {
+                    return status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!("pods \"{name}\" is forbidden: {why}"),
+                    );
+                }
+            }
             if let Err(r) = pod_on_create(t, &name, &mut obj) {
                 return r;
             }
@@ -118,9 +129,19 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
             obj.as_object_mut()
                 .map(|o| o.entry("status").or_insert(json!({})));
         }
-        _ => {}
+        other => {
+            if let Err(errs) = crate::strategy::on_create(other, &store, &mut obj) {
+                return invalid_fields(t, &name, &errs);
+            }
+        }
     }
-    let stored = store.put(k, obj);
+    // The double creates a namespace on first use instead of refusing the
+    // object (upstream's NamespaceLifecycle would answer 404).
+    crate::controllers::ensure_namespace(&mut store, &k.namespace, ca);
+    let stored = store.put(k.clone(), obj);
+    if t.kind.resource == "namespaces" {
+        crate::controllers::publish(&mut store, &name, ca);
+    }
     respond(StatusCode::CREATED, &with_type(t.kind, stored))
 }
 
@@ -211,7 +232,13 @@ fn preconditions(
 fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
     let has_status = matches!(
         t.kind.resource,
-        "pods" | "nodes" | "certificatesigningrequests"
+        "pods"
+            | "nodes"
+            | "certificatesigningrequests"
+            | "services"
+            | "persistentvolumeclaims"
+            | "persistentvolumes"
+            | "namespaces"
     );
     match t.sub.as_str() {
         "status" | "approval" => {
@@ -257,11 +284,18 @@ fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) ->
     if t.kind.resource == "certificatesigningrequests" && t.sub == "approval" {
         csr::sign_if_approved(shared, &mut new);
     }
+    if t.sub.is_empty()
+        && let Err(errs) = crate::strategy::on_update(t.kind.resource, old, &mut new)
+    {
+        return invalid_fields(t, &t.name, &errs);
+    }
     if new == *old {
         // A no-op write keeps the resourceVersion and sends no event.
         return respond(StatusCode::OK, &with_type(t.kind, new));
     }
-    let stored = shared.store.lock().put(k, new);
+    let mut store = shared.store.lock();
+    let stored = store.put(k.clone(), new);
+    crate::controllers::reconcile(&mut store, &k, &shared.ca.cert_pem);
     respond(StatusCode::OK, &with_type(t.kind, stored))
 }
 
@@ -381,6 +415,7 @@ pub(super) fn delete(
     };
     if graceful.is_none() && !has_finalizers {
         let gone = store.delete(&k).unwrap_or(old);
+        crate::controllers::reconcile(&mut store, &k, &shared.ca.cert_pem);
         return respond(StatusCode::OK, &with_type(t.kind, gone));
     }
     let mut new = old.clone();

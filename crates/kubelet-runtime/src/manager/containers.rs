@@ -25,7 +25,7 @@ impl KubeRuntimeManager {
         p: &Pod,
         c: &Container,
         status: &PodStatus,
-        sandbox_id: &str,
+        (sandbox_id, pod_ips): (&str, &[String]),
         sandbox_cfg: &pb::PodSandboxConfig,
         now: SystemTime,
         result: &mut SyncResult,
@@ -99,7 +99,30 @@ impl KubeRuntimeManager {
                 context: format!("create container log directory {}", log_dir.display()),
                 source,
             })?;
-        let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref);
+        let opts = match self.helper.get() {
+            Some(h) => match h.generate_run_container_options(p, c, pod_ips).await {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    // Upstream `ErrCreateContainerConfig`: the container waits
+                    // with the reason and the message, and the pod is retried.
+                    let message = e.message.clone();
+                    self.set_reason(uid, &c.name, "CreateContainerConfigError", message.clone());
+                    self.recorder.event(
+                        &pod_ref(p, Some(&c.name)),
+                        EventType::Warning,
+                        reason::FAILED,
+                        format!("Error: {message}"),
+                    );
+                    return Err(Error::Container {
+                        reason: "CreateContainerConfigError",
+                        message,
+                        source: None,
+                    });
+                }
+            },
+            None => None,
+        };
+        let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref, opts);
         match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count).await {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}

@@ -79,6 +79,8 @@ pub struct KubeRuntimeManager {
     reasons: Mutex<HashMap<(String, String), Reason>>,
     recorder: Arc<dyn Recorder>,
     metrics: Option<Arc<KubeletMetrics>>,
+    /// The kubelet's environment, mounts and pull secrets for containers.
+    helper: std::sync::OnceLock<Arc<dyn crate::RuntimeHelper>>,
 }
 
 /// A reference to a pod (or container) from runtime state, for events about stopped pods.
@@ -119,6 +121,47 @@ impl KubeRuntimeManager {
             reasons: Mutex::new(HashMap::new()),
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
             metrics: None,
+            helper: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Asks `helper` for each container's environment and mounts and each
+    /// pod's pull secrets (upstream passes the kubelet as `RuntimeHelper`).
+    /// Without one, containers get their plain `env` values and no mounts.
+    /// Set once; later calls are ignored.
+    pub fn set_runtime_helper(&self, helper: Arc<dyn crate::RuntimeHelper>) {
+        let _ = self.helper.set(helper);
+    }
+
+    /// The sandbox's IPs: from the runtime right after it was created,
+    /// otherwise those in `status` (upstream `determinePodSandboxIPs`).
+    async fn pod_ips(
+        &self,
+        p: &Pod,
+        created: bool,
+        sandbox_id: &str,
+        status: &PodStatus,
+    ) -> Vec<String> {
+        if !created {
+            return status.ips.clone();
+        }
+        if pod::host_network(p) {
+            return vec![];
+        }
+        match self.runtime.pod_sandbox_status(sandbox_id).await {
+            Ok(s) => s
+                .network
+                .map(|n| {
+                    std::iter::once(n.ip)
+                        .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                        .filter(|ip| !ip.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Err(e) => {
+                debug!(error = %e, "Cannot read the new sandbox's IPs");
+                vec![]
+            }
         }
     }
 
@@ -351,12 +394,23 @@ impl KubeRuntimeManager {
                 return result;
             }
         };
+        let pod_ips = self
+            .pod_ips(p, actions.create_sandbox, &sandbox_id, status)
+            .await;
         // A fresh sandbox has no containers yet: start from a status without the old instances' states
         // except for history (restart counts, backoff, lastState).
         if let Some(i) = actions.next_init_container {
             if let Some(c) = pod::init_containers(p).get(i) {
                 let r = self
-                    .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
+                    .start_container(
+                        p,
+                        c,
+                        status,
+                        (&sandbox_id, &pod_ips),
+                        &sandbox_cfg,
+                        now,
+                        &mut result,
+                    )
                     .await;
                 self.record_container_start(container_type::INIT_CONTAINER, &r);
                 if let Err(e) = r {
@@ -370,7 +424,15 @@ impl KubeRuntimeManager {
                 continue;
             };
             let r = self
-                .start_container(p, c, status, &sandbox_id, &sandbox_cfg, now, &mut result)
+                .start_container(
+                    p,
+                    c,
+                    status,
+                    (&sandbox_id, &pod_ips),
+                    &sandbox_cfg,
+                    now,
+                    &mut result,
+                )
                 .await;
             self.record_container_start(container_type::CONTAINER, &r);
             if let Err(e) = r {

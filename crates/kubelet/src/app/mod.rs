@@ -8,6 +8,7 @@ mod cluster;
 mod pods;
 mod server;
 mod spawn;
+mod volumes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ pub struct App {
     node_api: server::NodeApi,
     http: Option<HttpSource>,
     metrics: Arc<kubelet_metrics::KubeletMetrics>,
+    /// Node allocatable, for Memory emptyDirs and the downward API.
+    allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -97,6 +101,10 @@ impl App {
         )?;
         // Read off the runtime: /proc, /sys and statvfs.
         let machine = MachineInfo::read(&cfg.root_dir).await;
+        let allocatable = kubelet_node::nodestatus::setters::allocatable(
+            &kubelet_node::nodestatus::setters::capacity(&machine, cfg.max_pods),
+            &cfg.cluster,
+        );
         let rcfg = RuntimeConfig {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
@@ -166,6 +174,7 @@ impl App {
             node_api,
             http,
             metrics,
+            allocatable,
         })
     }
 
@@ -186,6 +195,8 @@ impl App {
             host_ips: host_ips.clone(),
             recorder: self.cluster.as_ref().map(|c| c.recorder.clone()),
             metrics: self.metrics.clone(),
+            client: self.cluster.as_ref().map(|c| c.client.clone()),
+            allocatable: self.allocatable.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
 

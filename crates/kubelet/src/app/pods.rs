@@ -117,6 +117,11 @@ pub(super) struct Pipeline<'a> {
     pub host_ips: Vec<IpAddr>,
     pub recorder: Option<Arc<EventRecorder>>,
     pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
+    /// The apiserver client (cluster mode).
+    pub client: Option<kube::Client>,
+    /// Node allocatable.
+    pub allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// Handles to the running pipeline.
@@ -156,6 +161,27 @@ impl Pipeline<'_> {
         self.runtime_state.add_health_check("PLEG", check);
 
         let status = Arc::new(StatusManager::default());
+        let event_recorder: Arc<dyn kubelet_types::events::Recorder> = match &self.recorder {
+            Some(r) => r.clone(),
+            None => Arc::new(kubelet_types::events::NoopRecorder),
+        };
+        let volumes = super::volumes::VolumeWiring {
+            cfg,
+            client: self.client,
+            allocatable: self.allocatable,
+            pods: sources.pods.clone(),
+            sources_ready: sources.ready.clone(),
+            pod_cache: pleg.cache().clone(),
+            recorder: event_recorder.clone(),
+        }
+        .spawn(tasks, stop);
+        self.manager.set_runtime_helper(Arc::new(
+            crate::kubelet_pods::helper::KubeletRuntimeHelper {
+                volumes: volumes.manager.clone(),
+                host: volumes.host.clone(),
+                recorder: event_recorder,
+            },
+        ));
         let mut syncer = RuntimePodSyncer::new(
             self.manager.clone(),
             status.clone(),
@@ -164,7 +190,8 @@ impl Pipeline<'_> {
         )
         .with_pod_manager(sources.pods.clone())
         .with_pod_cache(pleg.cache().clone())
-        .with_metrics(self.metrics.clone());
+        .with_metrics(self.metrics.clone())
+        .with_volume_manager(volumes.manager.clone(), volumes.host.clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }

@@ -1,0 +1,184 @@
+//! The Node authorizer against pods bound to nodes.
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, Service, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use super::token::token_request;
+use super::{Cluster, api_error, create_pod, from};
+
+#[tokio::test]
+async fn the_node_authorizer_follows_pods_bound_to_the_node() {
+    let c = Cluster::start().await;
+    let admin = c.admin().await;
+    for n in ["used", "unused"] {
+        Api::<Secret>::namespaced(admin.clone(), "default")
+            .create(
+                &PostParams::default(),
+                &from(json!({"metadata": {"name": n}})),
+            )
+            .await
+            .expect("secret");
+    }
+    Api::<PersistentVolume>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &from(
+                json!({"metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv1"},
+                "claimRef": {"namespace": "default", "name": "claim"}}}),
+            ),
+        )
+        .await
+        .expect("pv");
+    let pod = create_pod(
+        &admin,
+        "default",
+        "p",
+        "n1",
+        json!({"volumes": [
+            {"name": "s", "secret": {"secretName": "used"}},
+            {"name": "d", "persistentVolumeClaim": {"claimName": "claim"}},
+            {"name": "api", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}}]}}]}),
+    )
+    .await;
+    let n1 = c.node("n1").await;
+    let secrets = Api::<Secret>::namespaced(n1.clone(), "default");
+    secrets.get("used").await.expect("referenced secret");
+    let (code, msg) = api_error(secrets.get("unused").await.unwrap_err());
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "secrets \"unused\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+        )
+    );
+    let (code, msg) = api_error(secrets.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "secrets is forbidden: User \"system:node:n1\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\": No Object name found"
+        )
+    );
+    let one = secrets
+        .list(&ListParams::default().fields("metadata.name=used"))
+        .await
+        .expect("list of a referenced secret");
+    assert_eq!(one.items.len(), 1);
+    let (code, _) = api_error(
+        secrets
+            .list(&ListParams::default().fields("metadata.name=unused"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    Api::<ConfigMap>::namespaced(n1.clone(), "default")
+        .get("kube-root-ca.crt")
+        .await
+        .expect("projected configmap");
+    Api::<PersistentVolume>::all(n1.clone())
+        .get("pv1")
+        .await
+        .expect("pv bound to a used claim");
+    Api::<Service>::namespaced(n1.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("nodes read services");
+
+    // Another node reaches nothing of this pod.
+    let n2 = c.node("n2").await;
+    let (code, _) = api_error(
+        Api::<Secret>::namespaced(n2.clone(), "default")
+            .get("used")
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+
+    // Tokens: only for the pod's service account, bound to a pod of the node.
+    let sas = Api::<ServiceAccount>::namespaced(n1.clone(), "default");
+    sas.create_token_request(
+        "default",
+        &PostParams::default(),
+        &token_request(None, None, Some(&pod)),
+    )
+    .await
+    .expect("token for its pod");
+    let (code, msg) = api_error(
+        sas.create_token_request(
+            "default",
+            &PostParams::default(),
+            &token_request(None, None, None),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "serviceaccounts \"default\" is forbidden: node requested token not bound to a pod"
+        )
+    );
+    let (code, _) = api_error(
+        Api::<ServiceAccount>::namespaced(n2.clone(), "default")
+            .create_token_request(
+                "default",
+                &PostParams::default(),
+                &token_request(None, None, Some(&pod)),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+}
+
+#[tokio::test]
+async fn admitted_pods_reach_their_api_access_objects() {
+    let c = Cluster::start_with(crate::Options {
+        service_account_admission: true,
+        ..crate::Options::default()
+    })
+    .await;
+    let admin = c.admin().await;
+    let pod = create_pod(&admin, "apps", "p", "n1", json!({})).await;
+    let spec = pod.spec.clone().expect("spec");
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    let vol = &spec.volumes.expect("volumes")[0];
+    assert!(vol.name.starts_with("kube-api-access-"), "{}", vol.name);
+    let mounts = spec.containers[0].volume_mounts.clone().expect("mounts");
+    assert_eq!(mounts[0].mount_path, crate::admission::API_TOKEN_MOUNT_PATH);
+    let n1 = c.node("n1").await;
+    Api::<ConfigMap>::namespaced(n1.clone(), "apps")
+        .get("kube-root-ca.crt")
+        .await
+        .expect("the volume's configmap");
+    Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
+        .create_token_request(
+            "default",
+            &PostParams::default(),
+            &token_request(None, Some(3607), Some(&pod)),
+        )
+        .await
+        .expect("the volume's token");
+    let (code, msg) = api_error(
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "apps")
+            .create(
+                &PostParams::default(),
+                &from(
+                    json!({"metadata": {"name": "q"}, "spec": {"serviceAccountName": "robot",
+                    "containers": [{"name": "c", "image": "busybox"}]}}),
+                ),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "pods \"q\" is forbidden: error looking up service account apps/robot: serviceaccount \"robot\" not found"
+        )
+    );
+}

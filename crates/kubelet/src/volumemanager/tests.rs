@@ -1,0 +1,313 @@
+//! The volume manager against a fake [`VolumeOps`], on paused time.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use kubelet_test_util::RecordingRecorder;
+use kubelet_volume::MountedVolume;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ops::OnDisk;
+use super::*;
+
+#[derive(Default)]
+struct FakeOps {
+    /// Volumes whose set-up fails, with the error.
+    failing: Mutex<HashSet<String>>,
+    calls: Mutex<Vec<String>>,
+    on_disk: Mutex<Vec<OnDisk>>,
+}
+
+impl FakeOps {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().clone()
+    }
+    fn count(&self, prefix: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+}
+
+#[async_trait::async_trait]
+impl VolumeOps for FakeOps {
+    async fn set_up(
+        &self,
+        pod: &Pod,
+        volume: &Volume,
+        pods_dir: &Path,
+    ) -> Result<MountedVolume, kubelet_volume::Error> {
+        self.calls.lock().push(format!("set_up {}", volume.name));
+        if self.failing.lock().contains(&volume.name) {
+            return Err(kubelet_volume::Error::Object(
+                kubelet_volume::ObjectError::NotFound {
+                    resource: "configmaps",
+                    name: "missing".into(),
+                },
+            ));
+        }
+        let plugin = kubelet_volume::plugin_for(volume)?;
+        Ok(MountedVolume {
+            name: volume.name.clone(),
+            plugin,
+            host_path: kubelet_volume::volume_dir(
+                pods_dir,
+                kubelet_types::pod::uid(pod),
+                plugin,
+                &volume.name,
+            ),
+            read_only: false,
+            refresh: volume.config_map.is_some(),
+        })
+    }
+    async fn tear_down(&self, _: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.calls.lock().push(format!("tear_down {name}"));
+        Ok(())
+    }
+    async fn clean_subpaths(&self, _: &Path, uid: &str) -> Result<(), kubelet_volume::Error> {
+        self.calls.lock().push(format!("clean_subpaths {uid}"));
+        Ok(())
+    }
+    async fn reconstruct(&self, _: &Path) -> Vec<OnDisk> {
+        self.on_disk.lock().clone()
+    }
+    async fn remove_pod_dir(&self, dir: &Path) -> Result<(), kubelet_volume::Error> {
+        let uid = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.calls.lock().push(format!("remove_dir {uid}"));
+        Ok(())
+    }
+}
+
+struct Fixture {
+    vm: VolumeManager,
+    ops: Arc<FakeOps>,
+    events: Arc<RecordingRecorder>,
+    orphans_ok: Arc<Mutex<bool>>,
+    shutdown: CancellationToken,
+}
+
+fn fixture(on_disk: Vec<OnDisk>) -> Fixture {
+    let ops = Arc::new(FakeOps::default());
+    *ops.on_disk.lock() = on_disk;
+    let events = Arc::new(RecordingRecorder::default());
+    let orphans_ok = Arc::new(Mutex::new(false));
+    let ok = orphans_ok.clone();
+    let shutdown = CancellationToken::new();
+    let vm = VolumeManager::new(
+        ops.clone(),
+        Path::new("/var/lib/kubelet-test"),
+        events.clone(),
+        TaskTracker::new(),
+        shutdown.clone(),
+        Box::new(move |_| *ok.lock()),
+    );
+    tokio::spawn(vm.clone().run());
+    Fixture {
+        vm,
+        ops,
+        events,
+        orphans_ok,
+        shutdown,
+    }
+}
+
+fn pod(uid: &str, volumes: serde_json::Value) -> Arc<Pod> {
+    let mounts: Vec<serde_json::Value> = volumes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| serde_json::json!({"name": v["name"], "mountPath": format!("/m/{}", v["name"].as_str().unwrap_or(""))}))
+        .collect();
+    Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}],
+                     "volumes": volumes}
+        }))
+        .expect("pod"),
+    )
+}
+
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_until_every_mounted_volume_is_set_up() {
+    let f = fixture(vec![]);
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]),
+    );
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    let mounted = f.vm.get_mounted_volumes_for_pod("u1");
+    assert_eq!(mounted.len(), 2);
+    assert_eq!(
+        mounted["data"].host_path,
+        PathBuf::from("/var/lib/kubelet-test/pods/u1/volumes/kubernetes.io~empty-dir/data")
+    );
+    // A second sync of the pod rewrites only the content volume.
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    settle().await;
+    assert_eq!(f.ops.count("set_up data"), 1);
+    assert_eq!(f.ops.count("set_up cfg"), 2);
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_volume_no_container_mounts_is_not_set_up() {
+    let f = fixture(vec![]);
+    let mut p = (*pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]))).clone();
+    p.spec.as_mut().expect("spec").containers[0].volume_mounts = None;
+    f.vm.wait_for_attach_and_mount(&Arc::new(p))
+        .await
+        .expect("nothing to wait for");
+    settle().await;
+    assert!(f.ops.calls().is_empty(), "{:?}", f.ops.calls());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_set_up_is_a_failed_mount_event_retried_with_backoff() {
+    let f = fixture(vec![]);
+    f.ops.failing.lock().insert("cfg".into());
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "cfg", "configMap": {"name": "missing"}}]),
+    );
+    let vm = f.vm.clone();
+    let p2 = p.clone();
+    let wait = tokio::spawn(async move { vm.wait_for_attach_and_mount(&p2).await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // 0, 0.5, 1.5, 3.5 s: four attempts, each an event.
+    assert_eq!(f.ops.count("set_up cfg"), 4, "{:?}", f.ops.calls());
+    let events = f.events.events.lock().clone();
+    assert_eq!(events.len(), 4);
+    assert_eq!(
+        events[0],
+        (
+            "FailedMount".to_string(),
+            "MountVolume.SetUp failed for volume \"cfg\" : configmaps \"missing\" not found"
+                .to_string()
+        )
+    );
+    // The object appears: the change notification retries at once.
+    f.ops.failing.lock().clear();
+    f.vm.objects_changed("ns");
+    wait.await
+        .expect("join")
+        .expect("mounted after the object appeared");
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_gives_up_after_two_minutes_with_upstreams_message() {
+    let f = fixture(vec![]);
+    f.ops.failing.lock().insert("cfg".into());
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "cfg", "configMap": {"name": "missing"}}]),
+    );
+    let err =
+        f.vm.wait_for_attach_and_mount(&p)
+            .await
+            .expect_err("times out");
+    assert!(err.is_timeout());
+    assert_eq!(
+        err.to_string(),
+        "unmounted volumes=[cfg], unattached volumes=[], failed to process volumes=[]: context deadline exceeded"
+    );
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unsupported_volume_fails_the_wait_at_once_naming_its_type() {
+    let f = fixture(vec![]);
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "data", "emptyDir": {}}, {"name": "ebs", "csi": {"driver": "ebs.csi.aws.com"}}]),
+    );
+    let err =
+        f.vm.wait_for_attach_and_mount(&p)
+            .await
+            .expect_err("unsupported");
+    assert!(!err.is_timeout());
+    let msg = err.to_string();
+    assert!(msg.contains("failed to process volumes=[ebs]"), "{msg}");
+    assert!(msg.contains("of type csi"), "{msg}");
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminated_pod_has_its_volumes_torn_down_and_its_directory_removed() {
+    let f = fixture(vec![]);
+    let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    f.vm.pod_terminated("u1", true);
+    assert!(f.vm.wait_for_unmount("u1", Duration::from_secs(5)).await);
+    settle().await;
+    assert_eq!(
+        f.ops.calls(),
+        vec![
+            "set_up data",
+            "clean_subpaths u1",
+            "tear_down data",
+            "remove_dir u1"
+        ]
+    );
+    assert!(f.vm.get_mounted_volumes_for_pod("u1").is_empty());
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn volumes_found_after_a_restart_are_adopted_or_cleaned_once_allowed() {
+    let disk = |uid: &str, name: &str| OnDisk {
+        uid: uid.into(),
+        plugin: kubelet_volume::plugin::names::EMPTY_DIR,
+        name: name.into(),
+        dir: PathBuf::from(format!(
+            "/var/lib/kubelet-test/pods/{uid}/volumes/kubernetes.io~empty-dir/{name}"
+        )),
+    };
+    let f = fixture(vec![disk("back", "data"), disk("gone", "data")]);
+    settle().await;
+    assert!(
+        f.ops.calls().is_empty(),
+        "nothing is removed before the sources are ready"
+    );
+    // The pod that comes back gets its volume set up again (in place), never torn down.
+    let p = pod(
+        "back",
+        serde_json::json!([{"name": "data", "emptyDir": {}}]),
+    );
+    f.vm.wait_for_attach_and_mount(&p).await.expect("adopted");
+    *f.orphans_ok.lock() = true;
+    settle().await;
+    let calls = f.ops.calls();
+    assert_eq!(
+        calls,
+        vec![
+            "set_up data",
+            "clean_subpaths gone",
+            "tear_down data",
+            "remove_dir gone"
+        ],
+        "only the orphan is torn down"
+    );
+    f.shutdown.cancel();
+}
