@@ -635,7 +635,7 @@ impl Suite {
                 format!("pods not deleted by the kubelet within 60s: {left:?}"),
             );
         }
-        let root = self.j.node.dir.path().join("root");
+        let root = self.j.node.root_dir();
         let mounted = mounts_under(&root);
         if left.is_empty() && !mounted.is_empty() {
             self.fail(
