@@ -14,6 +14,7 @@
 
 pub mod active_deadline;
 mod app;
+pub mod envvars;
 pub mod error;
 pub mod host;
 pub mod kubelet_pods;

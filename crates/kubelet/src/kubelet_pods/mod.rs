@@ -3,3 +3,4 @@
 
 pub mod helper;
 pub mod mounts;
+pub mod hosts;
