@@ -707,9 +707,12 @@ async fn non_optional(s: &Suite) {
     for (spec, short, p, _, _) in &cases {
         s.pod(spec, short, p.clone()).await;
     }
-    for (spec, short, _, volume, want) in &cases {
-        s.expect_failed_mount(spec, short, volume, want).await;
-    }
+    futures::future::join_all(
+        cases
+            .iter()
+            .map(|(spec, short, _, volume, want)| s.expect_failed_mount(spec, short, volume, want)),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
