@@ -18,6 +18,8 @@ use kubelet_config::Flags;
 
 #[path = "cluster_harness.rs"]
 pub mod cluster;
+#[path = "conformance.rs"]
+pub mod conformance;
 #[path = "node_api_client.rs"]
 pub mod node_api;
 #[path = "prom_text.rs"]
