@@ -195,13 +195,13 @@ async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allo
     let j = Joined::start(Options::default()).await;
     let disk = tempfile::tempdir().expect("disk");
     std::fs::write(disk.path().join("existing"), "on the disk").expect("write");
-    let pv = |name: &str, claim: &str, node: &str| -> PersistentVolume {
+    let pv = |name: &str, claim: &str, claim_uid: &str, node: &str| -> PersistentVolume {
         serde_json::from_value(json!({
             "metadata": {"name": name},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                 "storageClassName": "local",
                 "local": {"path": disk.path()},
-                "claimRef": {"namespace": "default", "name": claim},
+                "claimRef": {"namespace": "default", "name": claim, "uid": claim_uid},
                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
         }))
@@ -222,13 +222,14 @@ async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allo
         ("pv-here", "claim-here", node.as_str()),
         ("pv-there", "claim-there", "another-node"),
     ] {
-        pvs.create(&PostParams::default(), &pv(v, c, n))
-            .await
-            .expect("pv");
-        claims
+        let claim = claims
             .create(&PostParams::default(), &pvc(c, v))
             .await
             .expect("pvc");
+        let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+        pvs.create(&PostParams::default(), &pv(v, c, &claim_uid, n))
+            .await
+            .expect("pv");
         // The double has no binder: mark the claim Bound as the controller would.
         claims
             .patch_status(
