@@ -83,6 +83,18 @@ async fn secrets_are_tmpfs_subpath_escapes_are_refused_and_config_map_updates_ar
     )
     .await;
 
+    // A key the ConfigMap lacks: this pod waits with upstream's message,
+    // and nothing else on the node notices.
+    j.create_pod(
+        "missing-key",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "conf", "key": "nope"}}}]}]
+        }),
+    )
+    .await;
+
     let p = j
         .wait_api("vols", T, "Running", |p| phase(p) == Some("Running"))
         .await;
@@ -132,6 +144,17 @@ async fn secrets_are_tmpfs_subpath_escapes_are_refused_and_config_map_updates_ar
         "failed to prepare subPath for volumeMount \"data\" of container \"main\""
     );
     assert_eq!(phase(p.as_ref()), Some("Pending"));
+
+    let p = j
+        .wait_api("missing-key", T, "refused", |p| {
+            waiting(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    assert_eq!(
+        waiting(p.as_ref()).map(|(_, m)| m),
+        Some("couldn't find key nope in ConfigMap default/conf".to_string())
+    );
+    assert_eq!(phase(j.api_pod("vols").as_ref()), Some("Running"));
 
     // Deleting the pod unmounts the tmpfs and removes the pod's directory.
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(j.admin.clone(), ns);
