@@ -261,7 +261,9 @@ impl VolumeManager {
                     state.next_try = None;
                 }
             }
-            // Volumes found on disk that the pod no longer names are torn down.
+            // Pod volumes cannot change, so what the pod does not name was
+            // found on disk (a local PV's directory is named after the PV):
+            // kept while the pod runs, torn down with its other volumes.
             for (name, state) in &mut entry.volumes {
                 if !names.contains(name) {
                     state.spec = None;

@@ -87,7 +87,7 @@ fn reconcile(inner: &Arc<Inner>) {
                         v.in_flight = true;
                         ops.push(Op::SetUp(uid.clone(), name.clone()));
                     }
-                } else if (tear_all || (wanted && v.spec.is_none()))
+                } else if (tear_all || (wanted && v.spec.is_none() && v.mounted.is_some()))
                     && (v.mounted.is_some() || v.on_disk.is_some())
                     && due
                 {
@@ -178,6 +178,16 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
         Ok(Ok(mounted)) => {
             debug!(path = %mounted.host_path.display(), "MountVolume.SetUp succeeded");
             let dir = mounted.host_path.clone();
+            // A directory found on disk under another name (a local PV's is
+            // named after the PV) is this volume's: it is not torn down.
+            {
+                let mut st = inner.state.lock();
+                if let Some(e) = st.pods.get_mut(uid) {
+                    e.volumes.retain(|n, v| {
+                        n == name || v.spec.is_some() || v.on_disk.as_ref() != Some(&dir)
+                    });
+                }
+            }
             finish(inner, uid, name, move |v| {
                 v.on_disk = Some(dir);
                 v.mounted = Some(mounted);

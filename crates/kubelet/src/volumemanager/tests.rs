@@ -311,3 +311,29 @@ async fn volumes_found_after_a_restart_are_adopted_or_cleaned_once_allowed() {
     );
     f.shutdown.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_directory_found_on_disk_under_another_name_is_kept_while_the_pod_runs() {
+    // A local PV's directory is named after the PV, not the pod's volume.
+    let f = fixture(vec![OnDisk {
+        uid: "u1".into(),
+        plugin: kubelet_volume::plugin::names::LOCAL_VOLUME,
+        name: "pv-1".into(),
+        dir: PathBuf::from("/var/lib/kubelet-test/pods/u1/volumes/kubernetes.io~local-volume/pv-1"),
+    }]);
+    let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    settle().await;
+    assert_eq!(
+        f.ops.calls(),
+        vec!["set_up data"],
+        "nothing torn down under a running pod"
+    );
+    f.vm.pod_terminated("u1", true);
+    assert!(f.vm.wait_for_unmount("u1", Duration::from_secs(5)).await);
+    settle().await;
+    let calls = f.ops.calls();
+    assert!(calls.contains(&"tear_down pv-1".to_string()), "{calls:?}");
+    assert!(calls.contains(&"tear_down data".to_string()), "{calls:?}");
+    f.shutdown.cancel();
+}
