@@ -294,7 +294,7 @@ async fn a_watch_that_cannot_list_fails_reads_after_the_sync_timeout() {
     let err = m.get_object("default", "cm").await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "failed to sync configmaps cache: timed out waiting for the condition"
+        "failed to sync configmap cache: timed out waiting for the condition"
     );
     e.stop.cancel();
 }
