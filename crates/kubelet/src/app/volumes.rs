@@ -86,13 +86,16 @@ impl VolumeWiring<'_> {
         });
         let (pods, ready, cache) = (self.pods, self.sources_ready, self.pod_cache);
         // Directories found on disk go once every source has reported, the
-        // pod is unknown, and the runtime has nothing left of it.
+        // pod is unknown, and the runtime, relisted at least once, runs
+        // nothing of it any more (upstream `cleanupOrphanedPodDirs` skips
+        // pods in the running set).
         let may_clean_orphan = Box::new(move |uid: &str| {
             ready.all_ready()
                 && !pods.contains(uid)
+                && cache.timestamp().is_some()
                 && cache
                     .get(uid)
-                    .is_none_or(|s| s.sandboxes.is_empty() && s.containers.is_empty())
+                    .is_none_or(|s| s.live_containers().next().is_none() && !s.has_ready_sandbox())
         });
         let manager = VolumeManager::new(
             Arc::new(KubeletVolumeOps::new(host.clone())),
