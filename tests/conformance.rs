@@ -635,12 +635,24 @@ impl Suite {
                 format!("pods not deleted by the kubelet within 60s: {left:?}"),
             );
         }
+        // Upstream's status manager deletes the object only once the pod's
+        // volumes are torn down: nothing of the kubelet's may stay mounted.
         let root = self.j.node.root_dir();
         let mounted = mounts_under(&root);
         if left.is_empty() && !mounted.is_empty() {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            while tokio::time::Instant::now() < deadline && !mounts_under(&root).is_empty() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let still = mounts_under(&root);
+            let when = if still.is_empty() {
+                "unmounted only after the kubelet confirmed the pods' deletion".to_string()
+            } else {
+                format!("{} still mounted 15s later", still.len())
+            };
             self.fail(
                 "teardown",
-                format!("volumes still mounted after the pods were deleted: {mounted:?}"),
+                format!("volumes mounted when the pods were deleted ({when}): {mounted:?}"),
             );
         }
         let failures = self.failures.lock().clone();
