@@ -2,8 +2,11 @@
 # Installs and starts what kubelet-rs runs on, idempotently and only from Debian
 # packages: containerd + runc + CNI plugins, a loopback-only image registry on
 # 127.0.0.1:5000, and the project's own busybox and pause images built from
-# busybox-static with umoci + skopeo. Safe to run again at any time: each step
-# checks first and does only what is missing.
+# busybox-static with umoci + skopeo. A second loopback registry on
+# 127.0.0.1:5001 requires basic auth (htpasswd, bcrypt; user $AUTH_USER,
+# password $AUTH_PASSWORD below) and holds the same busybox as
+# private/busybox:1.35, for imagePullSecrets tests. Safe to run again at any
+# time: each step checks first and does only what is missing.
 #
 #   sudo deploy/setup-runtime.sh          # set up (or repair) the node
 #   deploy/setup-runtime.sh --check       # exit non-zero with a reason if anything is missing
@@ -22,7 +25,13 @@ STATE=/var/lib/kubelet-rs
 LOGDIR=/var/log/kubelet-rs
 BUSYBOX_TAGS=(1.35 latest)
 PAUSE_TAG=3.9
-PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static)
+# The registry that needs credentials, and the fixed test credentials for it
+# (tests/pull_secrets.rs uses the same). Loopback only: not a secret.
+AUTH_REGISTRY=127.0.0.1:5001
+AUTH_USER=kubelet-test
+AUTH_PASSWORD=kubelet-test-pull-secret
+AUTH_IMAGE=private/busybox:1.35
+PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static apache2-utils)
 CNI_DIR="${KUBELET_RS_CNI_DIR:-/etc/cni/net.d}"
 CNI_FILE=10-kubelet-rs-bridge.conflist
 
@@ -32,6 +41,12 @@ die() { log "ERROR: $*"; exit 1; }
 containerd_up() { [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; }
 registry_up() { curl -fsS -o /dev/null "http://$REGISTRY/v2/" 2>/dev/null; }
 image_in_registry() { skopeo inspect --tls-verify=false --raw "docker://$REGISTRY/$1" >/dev/null 2>&1; }
+# The auth registry answers /v2/ with 401 without credentials, 200 with them.
+auth_registry_up() { curl -fsS -o /dev/null -u "$AUTH_USER:$AUTH_PASSWORD" "http://$AUTH_REGISTRY/v2/" 2>/dev/null; }
+auth_registry_listening() { curl -sS -o /dev/null "http://$AUTH_REGISTRY/v2/" 2>/dev/null; }
+image_in_auth_registry() {
+  skopeo inspect --tls-verify=false --creds "$AUTH_USER:$AUTH_PASSWORD" --raw "docker://$AUTH_REGISTRY/$1" >/dev/null 2>&1
+}
 
 check() {
   local bad=0
@@ -40,6 +55,11 @@ check() {
   if [ $bad -eq 0 ]; then
     for t in "${BUSYBOX_TAGS[@]}"; do image_in_registry "busybox:$t" || { log "image busybox:$t missing"; bad=1; }; done
     image_in_registry "pause:$PAUSE_TAG" || { log "image pause:$PAUSE_TAG missing"; bad=1; }
+  fi
+  if ! auth_registry_up; then
+    log "no image registry taking the test credentials on $AUTH_REGISTRY"; bad=1
+  else
+    image_in_auth_registry "$AUTH_IMAGE" || { log "image $AUTH_REGISTRY/$AUTH_IMAGE missing"; bad=1; }
   fi
   return $bad
 }
@@ -111,9 +131,12 @@ containerd config default \
         -e 's|bin_dir = "/opt/cni/bin"|bin_dir = "/usr/lib/cni"|' \
   | awk '{print} /^ *\[plugins\."io\.containerd\.grpc\.v1\.cri"\.registry\.mirrors\]$/ {
           print "        [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"localhost:5000\"]";
-          print "          endpoint = [\"http://localhost:5000\"]" }' > "$want"
+          print "          endpoint = [\"http://localhost:5000\"]";
+          print "        [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"localhost:5001\"]";
+          print "          endpoint = [\"http://localhost:5001\"]" }' > "$want"
 grep -q 'restrict_oom_score_adj = true' "$want" || die "could not set restrict_oom_score_adj in containerd config"
 grep -q 'mirrors."localhost:5000"' "$want" || die "could not add the localhost:5000 mirror to containerd config"
+grep -q 'mirrors."localhost:5001"' "$want" || die "could not add the localhost:5001 mirror to containerd config"
 restart=0
 if ! cmp -s "$want" /etc/containerd/config.toml; then
   log "writing /etc/containerd/config.toml"
@@ -165,6 +188,54 @@ if ! registry_up; then
   registry_up || die "registry did not come up on $REGISTRY (see $LOGDIR/registry.log)"
 fi
 
+# 5b. Registry with basic auth on loopback (htpasswd needs bcrypt: htpasswd -B).
+#     Its config and password file are rewritten only when they change, and
+#     a running registry is then restarted (it reads both at start only).
+mkdir -p "$STATE/registry-auth"
+restart_auth=0
+if ! htpasswd -vb "$STATE/registry-auth.htpasswd" "$AUTH_USER" "$AUTH_PASSWORD" >/dev/null 2>&1; then
+  htpasswd -Bbc "$STATE/registry-auth.htpasswd" "$AUTH_USER" "$AUTH_PASSWORD" 2>/dev/null
+  log "wrote $STATE/registry-auth.htpasswd (user $AUTH_USER)"
+  restart_auth=1
+fi
+want="$(mktemp)"
+cat > "$want" <<EOF
+# Local image registry for kubelet-rs imagePullSecrets tests: loopback only,
+# basic auth. Written by deploy/setup-runtime.sh.
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry-auth
+  delete:
+    enabled: true
+auth:
+  htpasswd:
+    realm: kubelet-rs-test
+    path: $STATE/registry-auth.htpasswd
+http:
+  addr: $AUTH_REGISTRY
+EOF
+if ! cmp -s "$want" /etc/kubelet-rs/registry-auth.yml; then
+  install -m 0644 "$want" /etc/kubelet-rs/registry-auth.yml
+  log "wrote /etc/kubelet-rs/registry-auth.yml"
+  restart_auth=1
+fi
+rm -f "$want"
+# A registry serving an older config is replaced (found by its command line).
+if [ $restart_auth -eq 1 ] && pid="$(pgrep -o -f -x 'docker-registry serve /etc/kubelet-rs/registry-auth.yml')"; then
+  log "restarting the registry on $AUTH_REGISTRY for its new config"
+  kill "$pid" || true
+  for _ in $(seq 50); do auth_registry_listening || break; sleep 0.2; done
+fi
+if ! auth_registry_up; then
+  log "starting docker-registry with basic auth on $AUTH_REGISTRY (log: $LOGDIR/registry-auth.log)"
+  setsid nohup docker-registry serve /etc/kubelet-rs/registry-auth.yml >>"$LOGDIR/registry-auth.log" 2>&1 < /dev/null &
+  for _ in $(seq 100); do auth_registry_up && break; sleep 0.2; done
+  auth_registry_up || die "registry did not come up on $AUTH_REGISTRY (see $LOGDIR/registry-auth.log)"
+fi
+
 # 6. Images, built from busybox-static and pushed once.
 build_image() { # name tag entrypoint-json cmd-json...
   local name=$1 tag=$2 work
@@ -193,5 +264,13 @@ image_in_registry "pause:$PAUSE_TAG" || build_image pause "$PAUSE_TAG" \
   --config.entrypoint /bin/sh --config.entrypoint -c \
   --config.entrypoint 'trap "exit 0" TERM INT; sleep 2147483647 & wait'
 
+# The same busybox, behind the test credentials.
+if ! image_in_auth_registry "$AUTH_IMAGE"; then
+  skopeo copy --quiet --src-tls-verify=false --dest-tls-verify=false \
+    --dest-creds "$AUTH_USER:$AUTH_PASSWORD" \
+    "docker://$REGISTRY/busybox:1.35" "docker://$AUTH_REGISTRY/$AUTH_IMAGE"
+  log "pushed $AUTH_REGISTRY/$AUTH_IMAGE"
+fi
+
 check
-log "runtime ready: containerd on $SOCK, registry on $REGISTRY"
+log "runtime ready: containerd on $SOCK, registry on $REGISTRY, registry with basic auth on $AUTH_REGISTRY"

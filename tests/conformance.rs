@@ -472,7 +472,15 @@ impl Suite {
         // Upstream's status manager deletes the object only once the pod's
         // volumes are torn down: nothing of the kubelet's may stay mounted.
         let root = self.j.node.root_dir();
-        let mounted = mounts_under(&root);
+        // Pods deleted with grace 0 leave the apiserver before the kubelet
+        // has stopped them: give their teardown the same bound.
+        let mounted = loop {
+            let mounted = mounts_under(&root);
+            if mounted.is_empty() || tokio::time::Instant::now() >= deadline {
+                break mounted;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
         if left.is_empty() && !mounted.is_empty() {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
             while tokio::time::Instant::now() < deadline && !mounts_under(&root).is_empty() {

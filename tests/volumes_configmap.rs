@@ -122,7 +122,7 @@ async fn to_completion(s: &Suite) {
 
     // test/e2e/common/node/configmap.go
     s.config_map(NS, "cm-env", &new_config_map(), &[]).await;
-    let mut c = busybox("env-test", &["sh", "-c", "env"]);
+    let mut c = busybox("env-test", &["env"]);
     c["env"] = json!([{"name": "CONFIG_DATA_1", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "data-1"}}}]);
     s.pod(
         ENV_VAR,
@@ -130,7 +130,7 @@ async fn to_completion(s: &Suite) {
         json!({"spec": {"containers": [c], "restartPolicy": "Never"}}),
     )
     .await;
-    let mut c = busybox("env-test", &["sh", "-c", "env"]);
+    let mut c = busybox("env-test", &["env"]);
     c["envFrom"] = json!([
         {"configMapRef": {"name": "cm-env"}},
         {"prefix": "p-", "configMapRef": {"name": "cm-env"}},

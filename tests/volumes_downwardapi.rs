@@ -290,7 +290,7 @@ async fn env_specs(s: &Suite) {
     let res = |name: &str, r: &str| json!({"name": name, "valueFrom": {"resourceFieldRef": {"resource": r}}});
     // testDownwardAPI: requests 250m/32Mi, limits 1250m/64Mi.
     let dapi = |short: &str, env: Value| {
-        let mut c = busybox("dapi-container", &["sh", "-c", "env"]);
+        let mut c = busybox("dapi-container", &["env"]);
         c["resources"] = json!({"requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "1250m", "memory": "64Mi"}});
         c["env"] = env;
         json!({"metadata": {"labels": {"name": s.name(short)}}, "spec": {"containers": [c], "restartPolicy": "Never"}})
@@ -355,7 +355,7 @@ async fn env_specs(s: &Suite) {
         ),
     )
     .await;
-    let mut c = busybox("dapi-container", &["sh", "-c", "env"]);
+    let mut c = busybox("dapi-container", &["env"]);
     c["env"] = json!([
         res("CPU_LIMIT", "limits.cpu"),
         res("MEMORY_LIMIT", "limits.memory")

@@ -160,7 +160,7 @@ async fn to_completion(s: &Suite) {
 
     // test/e2e/common/node/secrets.go
     s.secret(NS, "secret-test-env", &SECRET_DATA).await;
-    let mut c = busybox("secret-env-test", &["sh", "-c", "env"]);
+    let mut c = busybox("secret-env-test", &["env"]);
     c["env"] = json!([{"name": "SECRET_DATA", "valueFrom": {"secretKeyRef": {"name": "secret-test-env", "key": "data-1"}}}]);
     s.pod(
         ENV_VAR,
@@ -168,7 +168,7 @@ async fn to_completion(s: &Suite) {
         json!({"spec": {"containers": [c], "restartPolicy": "Never"}}),
     )
     .await;
-    let mut c = busybox("env-test", &["sh", "-c", "env"]);
+    let mut c = busybox("env-test", &["env"]);
     c["envFrom"] = json!([
         {"secretRef": {"name": "secret-test-env"}},
         {"prefix": "p-", "secretRef": {"name": "secret-test-env"}},

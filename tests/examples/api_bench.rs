@@ -4,14 +4,20 @@
 //! TLS-bootstraps and registers; then binds N pods to the node at once and
 //! prints the milliseconds until all N are Running and Ready in the API, and
 //! how many status patches the kubelet sent. Cleans up after itself.
+//!
+//! With `API_BENCH_VOLUMES=1` every pod also mounts a projected
+//! service-account token (the `kube-api-access` shape: token, `ca.crt` from
+//! `kube-root-ca.crt`, the namespace), a ConfigMap and an emptyDir; after the
+//! start it updates the ConfigMap and prints a third number, the
+//! milliseconds until the new value is in every pod's mounted file.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use apiserver_double::{ApiServer, BOOTSTRAP_TOKEN, Options};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -74,16 +80,35 @@ async fn main() -> anyhow::Result<()> {
     }
     // Let the node settle (first status, lease) before the burst.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let volumes = std::env::var("API_BENCH_VOLUMES").is_ok_and(|v| v == "1");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    if volumes {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "bench-cm"}, "data": {"key": "v1"}
+        }))?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
     let pods: Api<Pod> = Api::namespaced(admin, "default");
     let names: Vec<String> = (0..n).map(|i| format!("p{i}-{node}")).collect();
     let start = Instant::now();
     let creates = names.iter().map(|name| {
-        let p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
-                "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
-        }))
-        .expect("pod");
+        let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]});
+        if volumes {
+            spec["containers"][0]["volumeMounts"] = json!([
+                {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+                {"name": "cm", "mountPath": "/etc/cm"},
+                {"name": "scratch", "mountPath": "/scratch"}]);
+            spec["volumes"] = json!([
+                {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}},
+                {"name": "cm", "configMap": {"name": "bench-cm"}},
+                {"name": "scratch", "emptyDir": {}}]);
+        }
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))
+            .expect("pod");
         let pods = pods.clone();
         async move { pods.create(&PostParams::default(), &p).await }
     });
@@ -109,7 +134,45 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/"))
         .count();
-    println!("{ms} {patches}");
+    if volumes {
+        let files: Vec<std::path::PathBuf> = names
+            .iter()
+            .filter_map(|name| api.get("pods", "default", name))
+            .filter_map(|p| p["metadata"]["uid"].as_str().map(String::from))
+            .map(|uid| {
+                work.path()
+                    .join("root/pods")
+                    .join(uid)
+                    .join("volumes/kubernetes.io~configmap/cm/key")
+            })
+            .collect();
+        let changed = Instant::now();
+        cms.patch(
+            "bench-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"key": "v2"}})),
+        )
+        .await?;
+        loop {
+            let done = files
+                .iter()
+                .filter(|f| std::fs::read_to_string(f).is_ok_and(|s| s == "v2"))
+                .count();
+            if done == files.len() {
+                break;
+            }
+            if changed.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "the ConfigMap update reached {done}/{} pods in 120s",
+                    files.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        println!("{ms} {patches} {}", changed.elapsed().as_millis());
+    } else {
+        println!("{ms} {patches}");
+    }
     // Clean up: delete the pods, let the kubelet stop them and confirm.
     for name in &names {
         let _ = pods.delete(name, &DeleteParams::default()).await;

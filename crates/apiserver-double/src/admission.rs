@@ -19,7 +19,7 @@ pub const API_TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceac
 pub const API_ACCESS_VOLUME: &str = "kube-api-access";
 /// Lifetime the volume's token projection asks for (upstream
 /// `WarnOnlyBoundTokenExpirationSeconds`).
-pub const API_ACCESS_TOKEN_SECONDS: i64 = 3607;
+pub const API_ACCESS_TOKEN_SECONDS: i64 = crate::token::WARN_ONLY_EXPIRATION_SECONDS;
 
 /// The projected volume source upstream's `TokenVolumeSource` builds.
 pub fn api_access_volume(name: &str) -> Value {

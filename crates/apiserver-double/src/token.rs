@@ -33,6 +33,11 @@ use crate::store::{Key, Store};
 pub const MIN_EXPIRATION_SECONDS: i64 = 600;
 /// The default `spec.expirationSeconds` of the v1 TokenRequest.
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+/// The lifetime the kubelet asks for that upstream extends (upstream
+/// `WarnOnlyBoundTokenExpirationSeconds`).
+pub const WARN_ONLY_EXPIRATION_SECONDS: i64 = 3607;
+/// What such tokens live instead (upstream `ExpirationExtensionSeconds`, a year).
+pub const EXTENDED_EXPIRATION_SECONDS: i64 = 24 * 365 * 3600;
 
 /// Errors signing a token.
 #[derive(Debug, thiserror::Error)]
@@ -450,12 +455,24 @@ fn issue(
         pod = Some((ref_name, uid));
     }
     drop(store);
+    // Upstream `--service-account-extend-token-expiration` (on by default):
+    // a pod-bound token for the API audiences asking for the kubelet's
+    // 3607 seconds lives a year, with a `warnafter` at the requested time.
+    let api = &shared.options.api_audiences;
+    let extended = pod.is_some()
+        && expiration == WARN_ONLY_EXPIRATION_SECONDS
+        && audiences.iter().all(|a| api.contains(a));
+    let lifetime = if extended {
+        EXTENDED_EXPIRATION_SECONDS
+    } else {
+        expiration
+    };
     let issued = IssuedToken {
         namespace: namespace.to_string(),
         service_account: name.to_string(),
         service_account_uid: field(&sa, "/metadata/uid"),
         audiences: audiences.clone(),
-        expires: now.as_second() + expiration,
+        expires: now.as_second() + lifetime,
         pod,
         node,
         id: crate::rest::new_uid(),
@@ -467,6 +484,9 @@ fn issue(
     }
     if let Some((n, u)) = &issued.node {
         k8s["node"] = json!({"name": n, "uid": u});
+    }
+    if extended {
+        k8s["warnafter"] = json!(now.as_second() + expiration);
     }
     let claims = json!({
         "iss": shared.options.service_account_issuer,
@@ -485,7 +505,8 @@ fn issue(
             &format!("Internal error occurred: {e}"),
         )
     })?;
-    let expires = jiff::Timestamp::from_second(issued.expires).unwrap_or(now);
+    // The status reports the requested lifetime, extended or not.
+    let expires = jiff::Timestamp::from_second(now.as_second() + expiration).unwrap_or(now);
     shared.signer.issued.write().insert(token.clone(), issued);
     req["status"] = json!({"token": token,
         "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});

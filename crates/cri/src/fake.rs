@@ -26,6 +26,10 @@ struct State {
     fail_next: HashMap<&'static str, Vec<CriError>>,
     hang_status: HashSet<String>,
     hang_pull: HashSet<String>,
+    /// Images a pull must present these credentials for.
+    private_images: HashMap<String, pb::AuthConfig>,
+    /// Every `PullImage`: image and the credentials it carried.
+    pulls: Vec<(String, Option<pb::AuthConfig>)>,
     calls: Vec<&'static str>,
     down: bool,
     network_down: bool,
@@ -92,6 +96,19 @@ impl FakeRuntime {
     /// caller gives up and drops the call).
     pub fn hang_pull(&self, image: &str) {
         self.state.lock().hang_pull.insert(image.to_string());
+    }
+
+    /// Pulls of `image` fail as a registry's 401 would unless they carry `auth`.
+    pub fn require_auth(&self, image: &str, auth: pb::AuthConfig) {
+        self.state
+            .lock()
+            .private_images
+            .insert(image.to_string(), auth);
+    }
+
+    /// Every `PullImage` so far, in order: the image and the credentials sent.
+    pub fn pulls(&self) -> Vec<(String, Option<pb::AuthConfig>)> {
+        self.state.lock().pulls.clone()
     }
 
     /// Every call fails with `Unavailable` while `down` is true.
@@ -520,10 +537,26 @@ impl ImageService for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
-        _auth: Option<pb::AuthConfig>,
+        auth: Option<pb::AuthConfig>,
         _sandbox_config: Option<pb::PodSandboxConfig>,
     ) -> Result<String> {
         self.enter("PullImage")?;
+        let denied = {
+            let mut st = self.state.lock();
+            st.pulls.push((image.to_string(), auth.clone()));
+            st.private_images
+                .get(image)
+                .is_some_and(|want| auth.as_ref() != Some(want))
+        };
+        if denied {
+            return Err(CriError::Rpc {
+                op: "PullImage",
+                code: tonic::Code::Unknown,
+                message: format!(
+                    "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": unexpected status from HEAD request: 401 Unauthorized"
+                ),
+            });
+        }
         let hang = self.state.lock().hang_pull.contains(image);
         if hang {
             std::future::pending::<()>().await;

@@ -10,6 +10,7 @@ pub mod actions;
 pub mod backoff;
 pub mod cgroups;
 mod container;
+pub mod credentialprovider;
 mod error;
 pub mod expansion;
 pub mod images;

@@ -66,9 +66,7 @@ pub(crate) fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecu
         readonly_rootfs: sc
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
-        supplemental_groups: psc
-            .and_then(|s| s.supplemental_groups.clone())
-            .unwrap_or_default(),
+        supplemental_groups: supplemental_groups(psc),
         no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         masked_paths: masked,
         readonly_paths: readonly,
@@ -101,13 +99,22 @@ pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityConte
         run_as_group: psc
             .and_then(|s| s.run_as_group)
             .map(|value| pb::Int64Value { value }),
-        supplemental_groups: psc
-            .and_then(|s| s.supplemental_groups.clone())
-            .unwrap_or_default(),
+        supplemental_groups: supplemental_groups(psc),
         privileged,
         seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
         ..Default::default()
     }
+}
+
+/// The pod's `fsGroup`, then its `supplementalGroups` (upstream
+/// `determineEffectiveSecurityContext` and `generatePodSandboxLinuxConfig`):
+/// the processes can use the volumes the fsGroup owns.
+fn supplemental_groups(psc: Option<&k8s_openapi::api::core::v1::PodSecurityContext>) -> Vec<i64> {
+    let Some(psc) = psc else { return vec![] };
+    psc.fs_group
+        .into_iter()
+        .chain(psc.supplemental_groups.iter().flatten().copied())
+        .collect()
 }
 
 /// Namespace options for sandbox and containers.
@@ -157,5 +164,29 @@ pub(crate) fn seccomp(
             profile_type: ProfileType::Unconfined as i32,
             localhost_ref: String::new(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fs_group_comes_first_in_the_supplemental_groups() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"securityContext": {"fsGroup": 1001, "supplementalGroups": [5, 6]},
+                     "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        let c = &pod::containers(&p)[0];
+        assert_eq!(
+            security_context(&p, c).supplemental_groups,
+            vec![1001, 5, 6]
+        );
+        assert_eq!(
+            sandbox_security_context(&p).supplemental_groups,
+            vec![1001, 5, 6]
+        );
     }
 }

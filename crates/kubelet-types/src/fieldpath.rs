@@ -124,7 +124,11 @@ fn ceil_div(a: i64, b: i64) -> i64 {
         return 0;
     }
     let (q, r) = (a / b, a % b);
-    if r != 0 && ((r > 0) == (b > 0)) { q + 1 } else { q }
+    if r != 0 && ((r > 0) == (b > 0)) {
+        q + 1
+    } else {
+        q
+    }
 }
 
 /// Upstream `ExtractContainerResourceValue`: `limits.*`/`requests.*` of
@@ -190,7 +194,11 @@ pub fn extract_resource_value(
         Some(name) => pod
             .spec
             .iter()
-            .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
             .find(|x| x.name == name)
             .cloned()
             .ok_or_else(|| FieldPathError::Container(name.to_string()))?,
@@ -223,7 +231,10 @@ mod tests {
         assert_eq!(f("metadata.namespace").as_deref(), Ok("ns"));
         assert_eq!(f("metadata.uid").as_deref(), Ok("u1"));
         assert_eq!(f("metadata.labels").as_deref(), Ok("a=\"1\"\nb=\"x\\\"y\""));
-        assert_eq!(f("metadata.annotations").as_deref(), Ok("k8s.io/n=\"v\\nw\""));
+        assert_eq!(
+            f("metadata.annotations").as_deref(),
+            Ok("k8s.io/n=\"v\\nw\"")
+        );
         assert_eq!(f("metadata.labels['a']").as_deref(), Ok("1"));
         assert_eq!(f("metadata.annotations['missing']").as_deref(), Ok(""));
         assert_eq!(
@@ -253,12 +264,20 @@ mod tests {
             };
             extract_resource_value(&fs, &p, &spec.containers[c], &alloc)
         };
-        assert_eq!(get("limits.cpu", None, 0).as_deref(), Ok("2"), "1250m rounds up");
+        assert_eq!(
+            get("limits.cpu", None, 0).as_deref(),
+            Ok("2"),
+            "1250m rounds up"
+        );
         assert_eq!(get("limits.cpu", Some("1m"), 0).as_deref(), Ok("1250"));
         assert_eq!(get("requests.cpu", Some("1m"), 0).as_deref(), Ok("250"));
         assert_eq!(get("limits.memory", Some("1Mi"), 0).as_deref(), Ok("64"));
         assert_eq!(get("requests.memory", None, 0).as_deref(), Ok("33554432"));
-        assert_eq!(get("limits.cpu", None, 1).as_deref(), Ok("2"), "allocatable");
+        assert_eq!(
+            get("limits.cpu", None, 1).as_deref(),
+            Ok("2"),
+            "allocatable"
+        );
         assert_eq!(get("limits.memory", None, 1).as_deref(), Ok("1073741824"));
         assert_eq!(get("requests.cpu", None, 1).as_deref(), Ok("0"));
         assert_eq!(

@@ -9,17 +9,22 @@
 //! Layout, as upstream's: a volume of plugin `kubernetes.io/<p>` named `<v>`
 //! of pod `<uid>` lives in `<root-dir>/pods/<uid>/volumes/kubernetes.io~<p>/<v>`.
 
+pub mod atomic_writer;
+pub mod configmap;
+pub mod downwardapi;
+pub mod emptydir;
 pub mod error;
 pub mod host;
-
-pub use error::{Error, Result};
-pub use host::{ObjectError, VolumeHost};
-pub mod emptydir;
 pub mod hostpath;
 pub mod mount;
 pub mod ownership;
 pub mod plugin;
+pub mod projected;
 pub mod pvc;
+pub mod secret;
 pub mod subpath;
+
+pub use error::{Error, Result};
+pub use host::{ObjectError, VolumeHost};
 
 pub use plugin::{MountedVolume, SetUpRequest, plugin_for, set_up, tear_down, volume_dir};

@@ -131,11 +131,10 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         EMPTY_DIR => crate::emptydir::set_up(host, req).await,
         HOST_PATH => crate::hostpath::set_up(host, req).await,
         LOCAL_VOLUME => crate::pvc::set_up(host, req).await,
-        // LEAD: wire the vdata helper's plugins here once merged:
-        // CONFIG_MAP => with_fs_group(req, crate::configmap::set_up(host, req).await?).await,
-        // SECRET => with_fs_group(req, crate::secret::set_up(host, req).await?).await,
-        // DOWNWARD_API => with_fs_group(req, crate::downwardapi::set_up(host, req).await?).await,
-        // PROJECTED => with_fs_group(req, crate::projected::set_up(host, req).await?).await,
+        CONFIG_MAP => with_fs_group(req, crate::configmap::set_up(host, req).await?).await,
+        SECRET => with_fs_group(req, crate::secret::set_up(host, req).await?).await,
+        DOWNWARD_API => with_fs_group(req, crate::downwardapi::set_up(host, req).await?).await,
+        PROJECTED => with_fs_group(req, crate::projected::set_up(host, req).await?).await,
         _ => Err(Error::Unsupported {
             volume: req.volume.name.clone(),
             kind: source_kind(req.volume),
@@ -315,7 +314,7 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, EmptyDirVolumeSource, NFSVolumeSource, PodSecurityContext, PodSpec,
+        EmptyDirVolumeSource, NFSVolumeSource, PodSecurityContext, PodSpec,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -377,20 +376,6 @@ mod tests {
             e.to_string(),
             "no volume plugin matched for volume \"n\" of type nfs"
         );
-        let v = Volume {
-            name: "cm".into(),
-            config_map: Some(ConfigMapVolumeSource::default()),
-            ..Default::default()
-        };
-        let req = SetUpRequest {
-            pod: &p,
-            volume: &v,
-            pods_dir: tmp.path(),
-        };
-        assert!(matches!(
-            set_up(&FakeHost::default(), req).await,
-            Err(Error::Unsupported { .. })
-        ));
     }
 
     #[tokio::test]

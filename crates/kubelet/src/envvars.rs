@@ -53,7 +53,11 @@ pub fn from_services<'a>(services: impl IntoIterator<Item = &'a Service>) -> Vec
         }
         // Docker-compatible link variables.
         for (i, p) in ports.iter().enumerate() {
-            let proto = p.protocol.as_deref().filter(|p| !p.is_empty()).unwrap_or("TCP");
+            let proto = p
+                .protocol
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("TCP");
             let url = format!("{}://{}", proto.to_lowercase(), join_host_port(ip, p.port));
             if i == 0 {
                 out.push((format!("{prefix}_PORT"), url.clone()));
@@ -106,12 +110,42 @@ mod tests {
     #[test]
     fn from_services_as_upstreams_unit_test() {
         let services = [
-            svc("default", "foo-bar", "1.2.3.4", serde_json::json!([{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "https", "port": 8443, "protocol": "TCP"}])),
-            svc("default", "abc-123", "5.6.7.8", serde_json::json!([{"name": "u-d-p", "port": 8081, "protocol": "UDP"}, {"name": "t-c-p", "port": 8443, "protocol": "TCP"}])),
-            svc("default", "q-u-u-x", "9.8.7.6", serde_json::json!([{"port": 8082, "protocol": "TCP"}, {"name": "8083", "port": 8083, "protocol": "TCP"}])),
-            svc("default", "svrc-clusterip-none", "None", serde_json::json!([{"port": 8082, "protocol": "TCP"}])),
-            svc("default", "svrc-clusterip-empty", "", serde_json::json!([{"port": 8082, "protocol": "TCP"}])),
-            svc("default", "v6", "2001:db8::", serde_json::json!([{"port": 8084, "protocol": "TCP"}])),
+            svc(
+                "default",
+                "foo-bar",
+                "1.2.3.4",
+                serde_json::json!([{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "https", "port": 8443, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "abc-123",
+                "5.6.7.8",
+                serde_json::json!([{"name": "u-d-p", "port": 8081, "protocol": "UDP"}, {"name": "t-c-p", "port": 8443, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "q-u-u-x",
+                "9.8.7.6",
+                serde_json::json!([{"port": 8082, "protocol": "TCP"}, {"name": "8083", "port": 8083, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "svrc-clusterip-none",
+                "None",
+                serde_json::json!([{"port": 8082, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "svrc-clusterip-empty",
+                "",
+                serde_json::json!([{"port": 8082, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "v6",
+                "2001:db8::",
+                serde_json::json!([{"port": 8084, "protocol": "TCP"}]),
+            ),
         ];
         let vars = from_services(services.iter());
         let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
@@ -129,24 +163,51 @@ mod tests {
         assert_eq!(get("ABC_123_PORT_8081_UDP_PROTO"), Some("udp"));
         assert_eq!(get("Q_U_U_X_SERVICE_PORT_8083"), Some("8083"));
         assert_eq!(get("V6_PORT"), Some("tcp://[2001:db8::]:8084"));
-        assert!(vars.iter().all(|(n, _)| !n.starts_with("SVRC_")), "headless services skipped");
+        assert!(
+            vars.iter().all(|(n, _)| !n.starts_with("SVRC_")),
+            "headless services skipped"
+        );
         assert_eq!(vars.len(), 13 + 13 + 12 + 7, "{vars:?}");
     }
 
     #[test]
     fn the_kubernetes_service_always_and_the_namespace_only_with_links() {
         let services = [
-            svc("default", "kubernetes", "10.96.0.1", serde_json::json!([{"name": "https", "port": 443, "protocol": "TCP"}])),
-            svc("default", "other", "10.96.0.2", serde_json::json!([{"port": 80}])),
+            svc(
+                "default",
+                "kubernetes",
+                "10.96.0.1",
+                serde_json::json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
+            ),
+            svc(
+                "default",
+                "other",
+                "10.96.0.2",
+                serde_json::json!([{"port": 80}]),
+            ),
             svc("ns", "web", "10.96.0.3", serde_json::json!([{"port": 80}])),
-            svc("ns", "kubernetes", "10.96.0.4", serde_json::json!([{"port": 1}])),
+            svc(
+                "ns",
+                "kubernetes",
+                "10.96.0.4",
+                serde_json::json!([{"port": 1}]),
+            ),
         ];
         let m = service_env_var_map(&services, "ns", false);
-        assert_eq!(m.get("KUBERNETES_SERVICE_HOST").map(String::as_str), Some("10.96.0.1"));
-        assert_eq!(m.get("KUBERNETES_SERVICE_PORT_HTTPS").map(String::as_str), Some("443"));
+        assert_eq!(
+            m.get("KUBERNETES_SERVICE_HOST").map(String::as_str),
+            Some("10.96.0.1")
+        );
+        assert_eq!(
+            m.get("KUBERNETES_SERVICE_PORT_HTTPS").map(String::as_str),
+            Some("443")
+        );
         assert!(!m.contains_key("WEB_SERVICE_HOST") && !m.contains_key("OTHER_SERVICE_HOST"));
         let m = service_env_var_map(&services, "ns", true);
-        assert_eq!(m.get("WEB_SERVICE_HOST").map(String::as_str), Some("10.96.0.3"));
+        assert_eq!(
+            m.get("WEB_SERVICE_HOST").map(String::as_str),
+            Some("10.96.0.3")
+        );
         assert_eq!(
             m.get("KUBERNETES_SERVICE_HOST").map(String::as_str),
             Some("10.96.0.4"),

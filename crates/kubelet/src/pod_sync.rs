@@ -356,6 +356,15 @@ impl RuntimePodSyncer {
                 .await
                 .map_err(|e| Error::PodStatus(Arc::new(e)))?;
             self.record_phase(p, &status, true);
+            // Upstream `SyncTerminatedPod`: the pod counts as terminated (and
+            // its deletion may be confirmed) once its volumes are unmounted.
+            if let Some((volumes, _)) = &self.volumes
+                && !volumes
+                    .wait_for_unmount(uid, crate::volumemanager::POD_ATTACH_AND_MOUNT_TIMEOUT)
+                    .await
+            {
+                tracing::warn!("Volumes of the terminated pod are still mounted");
+            }
             self.status.mark_terminated(uid);
             info!("Pod stopped");
         }

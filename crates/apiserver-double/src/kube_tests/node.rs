@@ -1,10 +1,10 @@
 //! The Node authorizer against pods bound to nodes.
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, Service, ServiceAccount};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams, WatchParams};
 use serde_json::json;
 
-use super::token::token_request;
+use super::token::{claims, token_request};
 use super::{Cluster, api_error, create_pod, from};
 
 #[tokio::test]
@@ -73,6 +73,26 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
             .unwrap_err(),
     );
     assert_eq!(code, 403);
+    // Watches are authorized the same way.
+    let rv = one.metadata.resource_version.expect("rv");
+    let watched = WatchParams::default()
+        .fields("metadata.name=used")
+        .timeout(1);
+    let _stream = secrets
+        .watch(&watched, &rv)
+        .await
+        .expect("watch of a referenced secret");
+    let unwatched = WatchParams::default()
+        .fields("metadata.name=unused")
+        .timeout(1);
+    let (code, msg) = api_error(secrets.watch(&unwatched, &rv).await.err().expect("403"));
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            403,
+            "secrets \"unused\" is forbidden: User \"system:node:n1\" cannot watch resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+        )
+    );
     Api::<ConfigMap>::namespaced(n1.clone(), "default")
         .get("kube-root-ca.crt")
         .await
@@ -154,7 +174,7 @@ async fn admitted_pods_reach_their_api_access_objects() {
         .get("kube-root-ca.crt")
         .await
         .expect("the volume's configmap");
-    Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
+    let tr = Api::<ServiceAccount>::namespaced(n1.clone(), "apps")
         .create_token_request(
             "default",
             &PostParams::default(),
@@ -162,6 +182,19 @@ async fn admitted_pods_reach_their_api_access_objects() {
         )
         .await
         .expect("the volume's token");
+    // The kubelet's 3607 seconds are extended to a year, with a warnafter.
+    let status = tr.status.expect("status");
+    let cl = claims(&status.token);
+    let iat = cl["iat"].as_i64().expect("iat");
+    assert_eq!(cl["exp"].as_i64().expect("exp") - iat, 365 * 86400);
+    assert_eq!(
+        cl["kubernetes.io"]["warnafter"]
+            .as_i64()
+            .expect("warnafter")
+            - iat,
+        3607
+    );
+    assert_eq!(status.expiration_timestamp.0.as_second() - iat, 3607);
     let (code, msg) = api_error(
         Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "apps")
             .create(

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{Cluster, api_error, create_pod};
 use crate::ApiServer;
 
-fn claims(token: &str) -> Value {
+pub(super) fn claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).expect("payload");
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).expect("b64")).expect("claims")
 }

@@ -65,7 +65,15 @@ impl KubeRuntimeManager {
             self.backoff.next(&key, event, now);
         }
         let step = Instant::now();
-        let image = self.images.ensure_image_exists(p, c, now).await;
+        // Upstream `getPullSecretsForPod`, read from the watch-based cache.
+        let pull_secrets = match self.helper.get() {
+            Some(h) => h.get_pull_secrets(p).await,
+            None => vec![],
+        };
+        let image = self
+            .images
+            .ensure_image_exists(p, c, &pull_secrets, now)
+            .await;
         if image.is_ok() {
             let d = step.elapsed();
             result.timings.image_pull += d;

@@ -180,6 +180,10 @@ impl Pipeline<'_> {
                 volumes: volumes.manager.clone(),
                 host: volumes.host.clone(),
                 recorder: event_recorder,
+                services: volumes.services.clone(),
+                host_ips: self.host_ips.iter().map(ToString::to_string).collect(),
+                cluster_domain: cfg.cluster_domain.clone(),
+                node_hosts: "/etc/hosts".into(),
             },
         ));
         let mut syncer = RuntimePodSyncer::new(

@@ -14,7 +14,11 @@ use kubelet_types::pod;
 use kubelet_volume::VolumeHost;
 use tracing::warn;
 
+use super::env::{EnvInputs, make_environment_variables};
+use super::hosts::make_hosts_mount;
 use super::mounts::make_mounts;
+use crate::envvars::service_env_var_map;
+use crate::objects::services::ServiceLister;
 use crate::volume_host::KubeletVolumeHost;
 use crate::volumemanager::VolumeManager;
 
@@ -26,6 +30,14 @@ pub struct KubeletRuntimeHelper {
     pub host: Arc<KubeletVolumeHost>,
     /// Where events go.
     pub recorder: Arc<dyn Recorder>,
+    /// Services, for service environment variables.
+    pub services: ServiceLister,
+    /// The node's IPs.
+    pub host_ips: Vec<String>,
+    /// `clusterDomain`.
+    pub cluster_domain: String,
+    /// The node's hosts file (`/etc/hosts`), for host-network pods.
+    pub node_hosts: std::path::PathBuf,
 }
 
 impl KubeletRuntimeHelper {
@@ -33,20 +45,50 @@ impl KubeletRuntimeHelper {
         &self,
         p: &Pod,
         c: &Container,
-        _pod_ips: &[String],
+        pod_ips: &[String],
     ) -> Result<Vec<pb::KeyValue>, ContainerConfigError> {
-        let _ = p;
-        let mut vars: HashMap<String, String> = HashMap::new();
-        let mut out = Vec::new();
-        for e in c.env.iter().flatten() {
-            let value = kubelet_runtime::expansion::expand(e.value.as_deref().unwrap_or(""), &vars);
-            vars.insert(e.name.clone(), value.clone());
-            out.push(pb::KeyValue {
-                key: e.name.clone(),
-                value,
+        let enable_links = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let service_env =
+            (self.services.is_standalone() || self.services.has_synced()).then(|| {
+                service_env_var_map(&self.services.services(), pod::namespace(p), enable_links)
             });
+        let allocatable = self.host.node_allocatable();
+        // A host-network pod's IPs are the node's (upstream reports them as
+        // its `status.podIPs`, and the downward API agrees).
+        let pod_ips = if pod::host_network(p) && pod_ips.is_empty() {
+            self.host_ips.as_slice()
+        } else {
+            pod_ips
+        };
+        let inputs = EnvInputs {
+            objects: self.host.as_ref(),
+            service_env: service_env.as_ref(),
+            pod_ips,
+            host_ips: &self.host_ips,
+            allocatable: &allocatable,
+        };
+        let env = make_environment_variables(p, c, &inputs)
+            .await
+            .map_err(|e| ContainerConfigError {
+                message: e.to_string(),
+            })?;
+        for message in env.invalid_names {
+            self.recorder.event(
+                &pod_ref(p, None),
+                EventType::Warning,
+                "InvalidEnvironmentVariableNames",
+                message,
+            );
         }
-        Ok(out)
+        Ok(env
+            .vars
+            .into_iter()
+            .map(|(key, value)| pb::KeyValue { key, value })
+            .collect())
     }
 }
 
@@ -64,9 +106,30 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect();
         let volumes = self.volumes.get_mounted_volumes_for_pod(pod::uid(p));
-        let mounts = make_mounts(p, c, &volumes, &env, self.volumes.pods_dir())
+        let mut mounts = make_mounts(p, c, &volumes, &env, self.volumes.pods_dir())
             .await
             .map_err(|e| ContainerConfigError { message: e.0 })?;
+        // Upstream mounts the managed hosts file once the sandbox has IPs,
+        // unless the container mounts something on /etc/hosts itself.
+        let own_hosts = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/etc/hosts");
+        if (!pod_ips.is_empty() || pod::host_network(p)) && !own_hosts {
+            let hosts = make_hosts_mount(
+                p,
+                self.volumes.pods_dir(),
+                pod_ips,
+                &self.cluster_domain,
+                &self.node_hosts,
+            )
+            .await
+            .map_err(|e| ContainerConfigError {
+                message: format!("failed to create the pod's hosts file: {e}"),
+            })?;
+            mounts.push(hosts);
+        }
         Ok(RunContainerOptions { envs, mounts })
     }
 

@@ -21,7 +21,10 @@ const MANAGED_HOSTS_HEADER_WITH_HOST_NETWORK: &str =
 /// `spec.subdomain` is set.
 pub fn pod_hostname_and_domain(p: &Pod, cluster_domain: &str) -> (String, String) {
     let spec = p.spec.as_ref();
-    let hostname = match spec.and_then(|s| s.hostname.as_deref()).filter(|h| !h.is_empty()) {
+    let hostname = match spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+    {
         Some(h) => h.to_string(),
         None => {
             let name = pod::name(p);
@@ -32,7 +35,10 @@ pub fn pod_hostname_and_domain(p: &Pod, cluster_domain: &str) -> (String, String
             }
         }
     };
-    let domain = match spec.and_then(|s| s.subdomain.as_deref()).filter(|d| !d.is_empty()) {
+    let domain = match spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|d| !d.is_empty())
+    {
         Some(sub) => format!("{sub}.{}.svc.{cluster_domain}", pod::namespace(p)),
         None => String::new(),
     };
@@ -150,14 +156,21 @@ mod tests {
             &["203.0.113.1".into()],
             "podFoo",
             "domainFoo",
-            &[alias("123.45.67.89", &["foo", "bar", "baz"]), alias("456.78.90.123", &["park", "doo", "boo"])],
+            &[
+                alias("123.45.67.89", &["foo", "bar", "baz"]),
+                alias("456.78.90.123", &["park", "doo", "boo"]),
+            ],
         );
         assert_eq!(
             got,
             "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n203.0.113.1\tpodFoo.domainFoo\tpodFoo\n\n# Entries added by HostAliases.\n123.45.67.89\tfoo\tbar\tbaz\n456.78.90.123\tpark\tdoo\tboo\n"
         );
-        let plain = managed_hosts_file_content(&["10.0.0.2".into(), "fd00::2".into()], "web", "", &[]);
-        assert!(plain.ends_with("fe00::2\tip6-allrouters\n10.0.0.2\tweb\nfd00::2\tweb\n"), "{plain}");
+        let plain =
+            managed_hosts_file_content(&["10.0.0.2".into(), "fd00::2".into()], "web", "", &[]);
+        assert!(
+            plain.ends_with("fe00::2\tip6-allrouters\n10.0.0.2\tweb\nfd00::2\tweb\n"),
+            "{plain}"
+        );
     }
 
     #[test]
@@ -189,14 +202,26 @@ mod tests {
             "spec": {"hostname": "h", "containers": []}
         }))
         .expect("pod");
-        let m = make_hosts_mount(&p, dir.path(), &["10.1.1.1".into()], "cluster.local", Path::new("/etc/hosts"))
-            .await
-            .expect("mount");
+        let m = make_hosts_mount(
+            &p,
+            dir.path(),
+            &["10.1.1.1".into()],
+            "cluster.local",
+            Path::new("/etc/hosts"),
+        )
+        .await
+        .expect("mount");
         assert_eq!(m.container_path, "/etc/hosts");
         let path = dir.path().join("u1/etc-hosts");
         assert_eq!(m.host_path, path.to_string_lossy());
-        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).expect("stat").permissions());
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).expect("stat").permissions(),
+        );
         assert_eq!(mode & 0o777, 0o644);
-        assert!(std::fs::read_to_string(&path).expect("read").ends_with("10.1.1.1\th\n"));
+        assert!(
+            std::fs::read_to_string(&path)
+                .expect("read")
+                .ends_with("10.1.1.1\th\n")
+        );
     }
 }

@@ -52,7 +52,8 @@ pub trait WatchedKind:
     + Sync
     + 'static
 {
-    /// Plural resource name, as in errors (`configmaps`).
+    /// The name upstream's managers give the kind in errors (`configmap`,
+    /// from `corev1.Resource("configmap")`): `configmap "x" not found`.
     const RESOURCE: &'static str;
     /// Names of the objects of this kind `pod` references.
     fn referenced_names(pod: &Pod) -> BTreeSet<String>;
@@ -61,7 +62,7 @@ pub trait WatchedKind:
 }
 
 impl WatchedKind for ConfigMap {
-    const RESOURCE: &'static str = "configmaps";
+    const RESOURCE: &'static str = "configmap";
     fn referenced_names(pod: &Pod) -> BTreeSet<String> {
         refs::config_map_names(pod)
     }
@@ -71,7 +72,7 @@ impl WatchedKind for ConfigMap {
 }
 
 impl WatchedKind for Secret {
-    const RESOURCE: &'static str = "secrets";
+    const RESOURCE: &'static str = "secret";
     fn referenced_names(pod: &Pod) -> BTreeSet<String> {
         refs::secret_names(pod)
     }

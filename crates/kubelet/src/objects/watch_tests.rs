@@ -153,10 +153,10 @@ async fn an_update_is_announced_and_read_from_the_watch() {
     assert_eq!(next_change(&mut rx).await, ObjectKey::new("default", "cm"));
     let err = e.manager.get_object("default", "cm").await.unwrap_err();
     assert!(
-        matches!(&err, ObjectError::NotFound { resource: "configmaps", name } if name == "cm"),
+        matches!(&err, ObjectError::NotFound { resource: "configmap", name } if name == "cm"),
         "{err:?}"
     );
-    assert_eq!(err.to_string(), "configmaps \"cm\" not found");
+    assert_eq!(err.to_string(), "configmap \"cm\" not found");
     assert_eq!(e.unselected_configmap_reads(), Vec::<String>::new());
     e.stop.cancel();
 }
@@ -277,7 +277,7 @@ async fn standalone_reads_fail_with_no_client() {
     assert!(tasks.is_empty(), "no watch without an apiserver");
     let err = m.get_object("ns", "pull").await.unwrap_err();
     assert!(
-        matches!(&err, ObjectError::NoClient { resource: "secrets", namespace, name } if namespace == "ns" && name == "pull"),
+        matches!(&err, ObjectError::NoClient { resource: "secret", namespace, name } if namespace == "ns" && name == "pull"),
         "{err:?}"
     );
 }
