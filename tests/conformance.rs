@@ -441,15 +441,17 @@ impl Suite {
         ))
     }
 
-    /// Deletes every pod the suite created, waits (bounded) for the kubelet to
-    /// confirm, checks no volume of this kubelet stays mounted, stops the
-    /// kubelet and fails with every failed spec.
+    /// Deletes every pod the suite created (grace 1 s, so the kubelet stops
+    /// them and confirms), waits (bounded) for the objects to go, checks that
+    /// nothing of the kubelet's stays mounted (upstream confirms a deletion
+    /// only once the pod's volumes are torn down), stops the kubelet and
+    /// fails with every failed spec.
     pub async fn finish(self, file: &str) {
         let pods = self.pods.lock().clone();
         let api = Api::<Pod>::namespaced(self.j.admin.clone(), NS);
         for p in &pods {
             let _ = api
-                .delete(p, &DeleteParams::default().grace_period(0))
+                .delete(p, &DeleteParams::default().grace_period(1))
                 .await;
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -469,42 +471,13 @@ impl Suite {
                 format!("pods not deleted by the kubelet within 60s: {left:?}"),
             );
         }
-        // Upstream's status manager deletes the object only once the pod's
-        // volumes are torn down: nothing of the kubelet's may stay mounted.
-        let root = self.j.node.root_dir();
-        // Pods deleted with grace 0 leave the apiserver before the kubelet
-        // has stopped them: give their teardown the same bound.
-        let mounted = loop {
-            let mounted = mounts_under(&root);
-            if mounted.is_empty() || tokio::time::Instant::now() >= deadline {
-                break mounted;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        let mounted = mounts_under(&self.j.node.root_dir());
         if left.is_empty() && !mounted.is_empty() {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-            while tokio::time::Instant::now() < deadline && !mounts_under(&root).is_empty() {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            let still = mounts_under(&root);
-            let when = if still.is_empty() {
-                "unmounted only after the kubelet confirmed the pods' deletion".to_string()
-            } else {
-                format!("{} still mounted 15s later", still.len())
-            };
-            self.fail(
-                "teardown",
-                format!("volumes mounted when the pods were deleted ({when}): {mounted:?}"),
-            );
+            self.fail("teardown", format!("volumes still mounted after the kubelet confirmed the pods' deletion: {mounted:?}"));
         }
         let failures = self.failures.lock().clone();
+        // Unmounts what is left under the node's directory.
         self.j.cleanup().await;
-        for m in mounts_under(&root).iter().rev() {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(m)
-                .status();
-        }
         for p in &pods {
             remove_pod_logs(p);
         }
