@@ -287,10 +287,18 @@ impl Suite {
         want: Want,
         timeout: Duration,
     ) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let start = tokio::time::Instant::now();
+        let deadline = start + timeout;
         loop {
             let log = self.log(short, container).unwrap_or_default();
             if want.holds(&log) {
+                // Shown with --nocapture: how long the change took to reach the log
+                // (the container reads its file every second).
+                eprintln!(
+                    "[{spec}] {short}/{container}: {} after {:?}",
+                    want.describe(),
+                    start.elapsed()
+                );
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {

@@ -210,11 +210,6 @@ pub fn terminal(phase: &str) -> bool {
     matches!(phase, "Succeeded" | "Failed")
 }
 
-/// Running or finished.
-pub fn started(phase: &str) -> bool {
-    matches!(phase, "Running" | "Succeeded" | "Failed")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
