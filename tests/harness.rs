@@ -120,6 +120,18 @@ impl Node {
         self.running = Some(app.spawn());
     }
 
+    /// Stops the kubelet; containers keep running.
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(10)).await;
+        }
+    }
+
+    /// Starts a kubelet again after [`Node::stop`], with the same configuration.
+    pub async fn start_again(&mut self) {
+        self.boot().await;
+    }
+
     /// Stops the kubelet (containers keep running) and starts a new one with the same configuration.
     pub async fn restart(&mut self) {
         if let Some(r) = self.running.take() {

@@ -61,6 +61,36 @@ async fn empty_dir_survives_container_and_kubelet_restarts_and_goes_with_the_pod
     Ok(())
 }
 
+/// A pod removed while kubelet-rs was down: the next kubelet-rs finds its
+/// volume on disk, and once the sources have reported and the pod's
+/// containers are gone, tears it down and removes the pod's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_of_a_pod_removed_while_the_kubelet_was_down_are_cleaned_up() -> anyhow::Result<()>
+{
+    let mut node = Node::start(|_| {}).await;
+    node.write_manifest("orphan.yaml", &empty_dir_pod("orphan"));
+    let t = Duration::from_secs(90);
+    node.wait_status("orphan", t, "running", |s| is_running(s, "c"))
+        .await?;
+    let uid = node.uid_of("orphan").ctx("uid")?;
+    let pod_dir = node.root_dir().join("pods").join(&uid);
+    wait_for(t, "the emptyDir written", || {
+        runs(&pod_dir.join("volumes/kubernetes.io~empty-dir/data/runs")) >= 1
+    })
+    .await?;
+    // The manifest goes while the kubelet is down: the next one never sees the pod.
+    node.stop().await;
+    node.remove_manifest("orphan.yaml");
+    node.start_again().await;
+    wait_for(t, "the orphan's directory removed", || !pod_dir.exists()).await?;
+    assert!(
+        node.containers().await.is_empty(),
+        "its containers were stopped and removed first"
+    );
+    node.cleanup().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_volume_type_never_starts_the_pod() -> anyhow::Result<()> {
     let node = Node::start(|_| {}).await;

@@ -83,6 +83,18 @@ async fn secrets_are_tmpfs_subpath_escapes_are_refused_and_config_map_updates_ar
     )
     .await;
 
+    // A key the ConfigMap lacks: this pod waits with upstream's message,
+    // and nothing else on the node notices.
+    j.create_pod(
+        "missing-key",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "conf", "key": "nope"}}}]}]
+        }),
+    )
+    .await;
+
     let p = j
         .wait_api("vols", T, "Running", |p| phase(p) == Some("Running"))
         .await;
@@ -132,6 +144,17 @@ async fn secrets_are_tmpfs_subpath_escapes_are_refused_and_config_map_updates_ar
         "failed to prepare subPath for volumeMount \"data\" of container \"main\""
     );
     assert_eq!(phase(p.as_ref()), Some("Pending"));
+
+    let p = j
+        .wait_api("missing-key", T, "refused", |p| {
+            waiting(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    assert_eq!(
+        waiting(p.as_ref()).map(|(_, m)| m),
+        Some("couldn't find key nope in ConfigMap default/conf".to_string())
+    );
+    assert_eq!(phase(j.api_pod("vols").as_ref()), Some("Running"));
 
     // Deleting the pod unmounts the tmpfs and removes the pod's directory.
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(j.admin.clone(), ns);
@@ -195,13 +218,13 @@ async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allo
     let j = Joined::start(Options::default()).await;
     let disk = tempfile::tempdir().expect("disk");
     std::fs::write(disk.path().join("existing"), "on the disk").expect("write");
-    let pv = |name: &str, claim: &str, node: &str| -> PersistentVolume {
+    let pv = |name: &str, claim: &str, claim_uid: &str, node: &str| -> PersistentVolume {
         serde_json::from_value(json!({
             "metadata": {"name": name},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                 "storageClassName": "local",
                 "local": {"path": disk.path()},
-                "claimRef": {"namespace": "default", "name": claim},
+                "claimRef": {"namespace": "default", "name": claim, "uid": claim_uid},
                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
         }))
@@ -222,13 +245,14 @@ async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allo
         ("pv-here", "claim-here", node.as_str()),
         ("pv-there", "claim-there", "another-node"),
     ] {
-        pvs.create(&PostParams::default(), &pv(v, c, n))
-            .await
-            .expect("pv");
-        claims
+        let claim = claims
             .create(&PostParams::default(), &pvc(c, v))
             .await
             .expect("pvc");
+        let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+        pvs.create(&PostParams::default(), &pv(v, c, &claim_uid, n))
+            .await
+            .expect("pv");
         // The double has no binder: mark the claim Bound as the controller would.
         claims
             .patch_status(
