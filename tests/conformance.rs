@@ -384,14 +384,26 @@ impl Suite {
         self.still_pending(spec, short);
     }
 
-    /// The pod is (still) Pending.
+    /// The pod is (still) Pending, its containers waiting in ContainerCreating.
     pub fn still_pending(&self, spec: &str, short: &str) {
         let phase = self.phase(short);
-        if phase != "Pending" {
+        // Containers of a pod whose volumes are not set up are reported
+        // waiting with ContainerCreating (upstream's status generation).
+        let creating = self.api_pod(short).is_some_and(|p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| {
+                    !cs.is_empty()
+                        && cs
+                            .iter()
+                            .all(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
+                })
+        });
+        if phase != "Pending" || !creating {
             self.fail(
                 spec,
                 format!(
-                    "pod {short}: phase {phase:?}, expected it to stay Pending; {}",
+                    "pod {short}: phase {phase:?}, expected it to stay Pending with its containers ContainerCreating; {}",
                     self.describe(short)
                 ),
             );
