@@ -53,8 +53,13 @@ pub struct Suite {
 impl Suite {
     /// Starts a double and a kubelet joined to it.
     pub async fn start() -> Suite {
+        Self::start_with(Options::default()).await
+    }
+
+    /// [`Suite::start`] with the double's options.
+    pub async fn start_with(options: Options) -> Suite {
         Suite {
-            j: Joined::start(Options::default()).await,
+            j: Joined::start(options).await,
             failures: Mutex::new(Vec::new()),
             pods: Mutex::new(Vec::new()),
         }
