@@ -496,9 +496,23 @@ impl Suite {
                 format!("pods not deleted by the kubelet within 60s: {left:?}"),
             );
         }
-        let mounted = mounts_under(&self.j.node.root_dir());
+        let root = self.j.node.root_dir();
+        let mounted = mounts_under(&root);
         if left.is_empty() && !mounted.is_empty() {
-            self.fail("teardown", format!("volumes still mounted after the kubelet confirmed the pods' deletion: {mounted:?}"));
+            // Still a failure; say whether the teardown came later or never.
+            let later = tokio::time::Instant::now() + Duration::from_secs(15);
+            while tokio::time::Instant::now() < later && !mounts_under(&root).is_empty() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let then = if mounts_under(&root).is_empty() {
+                "unmounted later"
+            } else {
+                "still mounted 15s later"
+            };
+            self.fail(
+                "teardown",
+                format!("volumes mounted when the kubelet confirmed the pods' deletion ({then}): {mounted:?}"),
+            );
         }
         let failures = self.failures.lock().clone();
         // Unmounts what is left under the node's directory.
