@@ -219,4 +219,91 @@ mod tests {
         let raw = b"2024-01-01T00:00:00Z stdout P abc\n2024-01-01T00:00:00Z stdout F def\n2024-01-01T00:00:00Z stderr F \n";
         assert_eq!(parse_cri_log(raw), "abcdef\n\n");
     }
+
+    /// Runs [`MOUNTTEST`] with the host's `sh` and `stat` (busybox's take the
+    /// same options): its output, and whether it exited 0.
+    fn run(args: &[&str]) -> (String, bool) {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(MOUNTTEST)
+            .arg("mounttest")
+            .args(args)
+            .output()
+            .expect("sh");
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            out.status.success(),
+        )
+    }
+
+    #[test]
+    fn mounttest_prints_what_agnhost_prints() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path().join("vol");
+        std::fs::create_dir(&d).expect("dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o3777)).expect("chmod");
+        let f = d.join("..data-1");
+        std::fs::write(&f, "value-1\n").expect("write");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o400)).expect("chmod");
+        symlink("..data-1", d.join("data-1")).expect("symlink");
+        let (d, l, n) = (
+            d.display().to_string(),
+            d.join("data-1").display().to_string(),
+            d.join("new").display().to_string(),
+        );
+
+        let (out, ok) = run(&[
+            "--fs_type=/proc",
+            &format!("--new_file_0660={n}"),
+            &format!("--file_mode={d}"),
+            &format!("--file_perm={n}"),
+            &format!("--file_owner={n}"),
+            &format!("--file_content={l}"),
+        ]);
+        assert!(ok, "{out}");
+        // Go: os.FileMode.String() (setgid, sticky), Perm(), the proc magic in decimal.
+        let uid = std::fs::metadata(&n)
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .expect("uid");
+        let gid = std::fs::metadata(&n)
+            .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+            .expect("gid");
+        let want = format!(
+            "mount type of \"/proc\": 40864\n\
+             content of file \"{n}\": mount-tester new file\n\n\
+             mode of file \"{d}\": dgtrwxrwxrwx\n\
+             perms of file \"{n}\": -rw-rw----\n\
+             owner UID of \"{n}\": {uid}\n\
+             owner GID of \"{n}\": {gid}\n\
+             content of file \"{l}\": value-1\n\n"
+        );
+        assert_eq!(out, want);
+        let (out, ok) = run(&[&format!("--file_mode={l}")]);
+        assert!(ok);
+        assert_eq!(
+            out,
+            format!("mode of file \"{l}\": -r--------\n"),
+            "the link is followed"
+        );
+
+        let missing = format!("{d}/missing");
+        let (out, ok) = run(&[&format!("--file_content={missing}")]);
+        assert!(!ok, "a failed read exits 1");
+        assert!(
+            out.starts_with(&format!("error reading file content for \"{missing}\"")),
+            "{out}"
+        );
+        let (out, ok) = run(&[
+            &format!("--file_content_in_loop={missing}"),
+            "--retry_time=1",
+            "--break_on_expected_content=false",
+        ]);
+        assert!(!ok);
+        assert!(
+            out.starts_with(&format!("Error reading file {missing}: "))
+                && out.contains(", retrying\n"),
+            "{out}"
+        );
+    }
 }
