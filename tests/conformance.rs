@@ -12,7 +12,7 @@
 //! `tmpfs` for the tmpfs magic, the other filesystem magics in decimal).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use apiserver_double::Options;
@@ -23,7 +23,13 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::BUSYBOX;
+#[path = "conformance_flows.rs"]
+mod flows;
+#[path = "conformance_pods.rs"]
+mod pods;
+pub use flows::*;
+pub use pods::*;
+
 use crate::cluster::Joined;
 
 /// How long a pod of a spec may take to start and finish.
@@ -36,178 +42,6 @@ pub const UPDATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The namespace pods and objects live in.
 pub const NS: &str = "default";
 
-/// agnhost `mounttest` (test/images/agnhost/mounttest) as a busybox script:
-/// run as `sh -c MOUNTTEST mounttest --flag=... ...` (upstream's args, with
-/// `mounttest` as `$0`). Same flags, same order of actions, same output lines.
-/// It avoids `$(...)` and `$$` (the kubelet expands `$(VAR)` in commands).
-pub const MOUNTTEST: &str = r#"fs_type= file_mode= file_perm= file_owner= n644= n666= n660= n777= content= loop= retry=180 brk=true
-for a in "$@"; do
-  v=${a#*=}
-  case "$a" in
-    --fs_type=*) fs_type=$v ;;
-    --file_mode=*) file_mode=$v ;;
-    --file_perm=*) file_perm=$v ;;
-    --file_owner=*) file_owner=$v ;;
-    --new_file_0644=*) n644=$v ;;
-    --new_file_0666=*) n666=$v ;;
-    --new_file_0660=*) n660=$v ;;
-    --new_file_0777=*) n777=$v ;;
-    --file_content=*) content=$v ;;
-    --file_content_in_loop=*) loop=$v ;;
-    --retry_time=*) retry=$v ;;
-    --break_on_expected_content=*) brk=$v ;;
-  esac
-done
-umask 0
-rc=0
-initial='mount-tester new file
-'
-gomode() {
-  m=$1 s=
-  if [ "$2" = full ]; then
-    t=$((m & 61440))
-    [ $t -eq 16384 ] && s=${s}d
-    [ $t -eq 40960 ] && s=${s}L
-    [ $t -eq 24576 ] || [ $t -eq 8192 ] && s=${s}D
-    [ $t -eq 4096 ] && s=${s}p
-    [ $t -eq 49152 ] && s=${s}S
-    [ $((m & 2048)) -ne 0 ] && s=${s}u
-    [ $((m & 1024)) -ne 0 ] && s=${s}g
-    [ $t -eq 8192 ] && s=${s}c
-    [ $((m & 512)) -ne 0 ] && s=${s}t
-  fi
-  [ -n "$s" ] || s=-
-  for b in 256:r 128:w 64:x 32:r 16:w 8:x 4:r 2:w 1:x; do
-    if [ $((m & ${b%:*})) -ne 0 ]; then s=$s${b#*:}; else s=$s-; fi
-  done
-  printf '%s' "$s"
-}
-rawmode() { m=`stat -L -c %f "$1" 2>/dev/null` && echo $((0x$m)); }
-content_of() {
-  if c=`cat "$1" 2>/dev/null && echo x`; then
-    printf 'content of file "%s": %s\n' "$1" "${c%x}"
-  else
-    printf 'error reading file content for "%s": open %s: no such file or directory\n' "$1" "$1"
-    rc=1
-  fi
-}
-if [ -n "$fs_type" ]; then
-  if t=`stat -f -c %t "$fs_type" 2>/dev/null`; then
-    t=$((0x$t))
-    [ $t -eq 16914836 ] && t=tmpfs
-    printf 'mount type of "%s": %s\n' "$fs_type" "$t"
-  else
-    printf 'error from statfs("%s"): no such file or directory\n' "$fs_type"; rc=1
-  fi
-fi
-for nf in 644:$n644 666:$n666 660:$n660 777:$n777; do
-  p=${nf#*:}
-  [ -n "$p" ] || continue
-  if printf '%s' "$initial" > "$p" && chmod "${nf%%:*}" "$p"; then
-    content_of "$p"
-  else
-    printf 'error writing new file "%s": open %s: permission denied\n' "$p" "$p"; rc=1
-  fi
-done
-if [ -n "$file_mode" ]; then
-  if m=`rawmode "$file_mode"`; then
-    printf 'mode of file "%s": %s\n' "$file_mode" "`gomode $m full`"
-  else
-    printf 'error from Stat("%s"): stat %s: no such file or directory\n' "$file_mode" "$file_mode"; rc=1
-  fi
-fi
-if [ -n "$file_perm" ]; then
-  if m=`rawmode "$file_perm"`; then
-    printf 'perms of file "%s": %s\n' "$file_perm" "`gomode $m perm`"
-  else
-    printf 'error from Stat("%s"): stat %s: no such file or directory\n' "$file_perm" "$file_perm"; rc=1
-  fi
-fi
-if [ -n "$file_owner" ]; then
-  if u=`stat -L -c %u "$file_owner" 2>/dev/null`; then
-    printf 'owner UID of "%s": %s\n' "$file_owner" "$u"
-    printf 'owner GID of "%s": %s\n' "$file_owner" "`stat -L -c %g "$file_owner"`"
-  else
-    printf 'error from stat("%s"): no such file or directory\n' "$file_owner"; rc=1
-  fi
-fi
-[ -z "$content" ] || content_of "$content"
-if [ -n "$loop" ]; then
-  start=`date +%s` lrc=0
-  while [ $((`date +%s` - start)) -lt "$retry" ]; do
-    if c=`cat "$loop" 2>/dev/null && echo x`; then
-      lrc=0
-      printf 'content of file "%s": %s\n' "$loop" "${c%x}"
-      if [ "$brk" = true ]; then
-        [ "${c%x}" = "$initial" ] && break
-        printf 'Unexpected content. Expected: %s. Retrying\n' "$initial"
-      fi
-    else
-      lrc=1
-      printf 'Error reading file %s: open %s: no such file or directory, retrying\n' "$loop" "$loop"
-    fi
-    sleep 1
-  done
-  [ $lrc -eq 0 ] || rc=1
-fi
-exit $rc
-"#;
-
-/// A container running [`MOUNTTEST`] with upstream's `args` (without the
-/// leading `mounttest`) and `volumeMounts`.
-pub fn mounttest(name: &str, args: &[&str], mounts: Value) -> Value {
-    let mut a = vec!["mounttest".to_string()];
-    a.extend(args.iter().map(|s| s.to_string()));
-    json!({
-        "name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", MOUNTTEST], "args": a, "volumeMounts": mounts,
-    })
-}
-
-/// A busybox container running `command`.
-pub fn busybox(name: &str, command: &[&str]) -> Value {
-    json!({"name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent", "command": command})
-}
-
-/// One `volumeMounts` entry.
-pub fn mount(volume: &str, path: &str, read_only: bool) -> Value {
-    json!({"name": volume, "mountPath": path, "readOnly": read_only})
-}
-
-/// What a container's log must show.
-pub enum Want {
-    /// A substring (upstream's `ContainSubstring`).
-    Has(String),
-    /// Some line satisfies a predicate (upstream's regular expressions).
-    Line(String, fn(&str) -> bool),
-}
-
-impl Want {
-    /// A substring.
-    pub fn has(s: impl Into<String>) -> Want {
-        Want::Has(s.into())
-    }
-
-    fn holds(&self, log: &str) -> bool {
-        match self {
-            Want::Has(s) => log.contains(s.as_str()),
-            Want::Line(_, p) => log.lines().any(p),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Want::Has(s) => format!("{s:?}"),
-            Want::Line(d, _) => format!("a line matching {d}"),
-        }
-    }
-}
-
-/// Upstream's `getFileModeRegex` on Linux: `mode of file "<path>": <mode>`.
-pub fn file_mode(path: &str, mode: &str) -> Want {
-    Want::has(format!("mode of file \"{path}\": {mode}"))
-}
-
 /// One joined kubelet running the specs of one upstream file.
 pub struct Suite {
     /// The kubelet, the double and an admin client.
@@ -219,8 +53,13 @@ pub struct Suite {
 impl Suite {
     /// Starts a double and a kubelet joined to it.
     pub async fn start() -> Suite {
+        Self::start_with(Options::default()).await
+    }
+
+    /// [`Suite::start`] with the double's options.
+    pub async fn start_with(options: Options) -> Suite {
         Suite {
-            j: Joined::start(Options::default()).await,
+            j: Joined::start(options).await,
             failures: Mutex::new(Vec::new()),
             pods: Mutex::new(Vec::new()),
         }
@@ -453,10 +292,18 @@ impl Suite {
         want: Want,
         timeout: Duration,
     ) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let start = tokio::time::Instant::now();
+        let deadline = start + timeout;
         loop {
             let log = self.log(short, container).unwrap_or_default();
             if want.holds(&log) {
+                // Shown with --nocapture: how long the change took to reach the log
+                // (the container reads its file every second).
+                eprintln!(
+                    "[{spec}] {short}/{container}: {} after {:?}",
+                    want.describe(),
+                    start.elapsed()
+                );
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -542,14 +389,26 @@ impl Suite {
         self.still_pending(spec, short);
     }
 
-    /// The pod is (still) Pending.
+    /// The pod is (still) Pending, its containers waiting in ContainerCreating.
     pub fn still_pending(&self, spec: &str, short: &str) {
         let phase = self.phase(short);
-        if phase != "Pending" {
+        // Containers of a pod whose volumes are not set up are reported
+        // waiting with ContainerCreating (upstream's status generation).
+        let creating = self.api_pod(short).is_some_and(|p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| {
+                    !cs.is_empty()
+                        && cs
+                            .iter()
+                            .all(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
+                })
+        });
+        if phase != "Pending" || !creating {
             self.fail(
                 spec,
                 format!(
-                    "pod {short}: phase {phase:?}, expected it to stay Pending; {}",
+                    "pod {short}: phase {phase:?}, expected it to stay Pending with its containers ContainerCreating; {}",
                     self.describe(short)
                 ),
             );
@@ -607,15 +466,17 @@ impl Suite {
         ))
     }
 
-    /// Deletes every pod the suite created, waits (bounded) for the kubelet to
-    /// confirm, checks no volume of this kubelet stays mounted, stops the
-    /// kubelet and fails with every failed spec.
+    /// Deletes every pod the suite created (grace 1 s, so the kubelet stops
+    /// them and confirms), waits (bounded) for the objects to go, checks that
+    /// nothing of the kubelet's stays mounted (upstream confirms a deletion
+    /// only once the pod's volumes are torn down), stops the kubelet and
+    /// fails with every failed spec.
     pub async fn finish(self, file: &str) {
         let pods = self.pods.lock().clone();
         let api = Api::<Pod>::namespaced(self.j.admin.clone(), NS);
         for p in &pods {
             let _ = api
-                .delete(p, &DeleteParams::default().grace_period(0))
+                .delete(p, &DeleteParams::default().grace_period(1))
                 .await;
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -636,29 +497,26 @@ impl Suite {
             );
         }
         let root = self.j.node.root_dir();
-        // Pods deleted with grace 0 leave the apiserver before the kubelet
-        // has stopped them: give their teardown the same bound.
-        let mounted = loop {
-            let mounted = mounts_under(&root);
-            if mounted.is_empty() || tokio::time::Instant::now() >= deadline {
-                break mounted;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        let mounted = mounts_under(&root);
         if left.is_empty() && !mounted.is_empty() {
+            // Still a failure; say whether the teardown came later or never.
+            let later = tokio::time::Instant::now() + Duration::from_secs(15);
+            while tokio::time::Instant::now() < later && !mounts_under(&root).is_empty() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let then = if mounts_under(&root).is_empty() {
+                "unmounted later"
+            } else {
+                "still mounted 15s later"
+            };
             self.fail(
                 "teardown",
-                format!("volumes still mounted after the pods were deleted: {mounted:?}"),
+                format!("volumes mounted when the kubelet confirmed the pods' deletion ({then}): {mounted:?}"),
             );
         }
         let failures = self.failures.lock().clone();
+        // Unmounts what is left under the node's directory.
         self.j.cleanup().await;
-        for m in mounts_under(&root).iter().rev() {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(m)
-                .status();
-        }
         for p in &pods {
             remove_pod_logs(p);
         }
@@ -677,16 +535,6 @@ fn secret_data(data: &[(&str, &[u8])]) -> BTreeMap<String, ByteString> {
         .collect()
 }
 
-/// Mount points at or under `root` (from /proc/self/mountinfo).
-pub fn mounts_under(root: &Path) -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(p.replace("\\040", " ")))
-        .filter(|p| p.starts_with(root))
-        .collect()
-}
-
 fn remove_pod_logs(pod: &str) {
     let prefix = format!("{NS}_{pod}_");
     if let Ok(rd) = std::fs::read_dir("/var/log/pods") {
@@ -695,41 +543,5 @@ fn remove_pod_logs(pod: &str) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
-    }
-}
-
-/// A CRI log file (`<time> <stream> <P|F> <text>` lines) as the log text.
-pub fn parse_cri_log(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    let mut out = String::new();
-    for line in text.split('\n').filter(|l| !l.is_empty()) {
-        let mut it = line.splitn(4, ' ');
-        let (_ts, _stream, tag) = (it.next(), it.next(), it.next());
-        out.push_str(it.next().unwrap_or(""));
-        if tag != Some("P") {
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// Phase predicates for [`Suite::wait_all`].
-pub fn terminal(phase: &str) -> bool {
-    matches!(phase, "Succeeded" | "Failed")
-}
-
-/// Running or finished.
-pub fn started(phase: &str) -> bool {
-    matches!(phase, "Running" | "Succeeded" | "Failed")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cri_lines_are_joined() {
-        let raw = b"2024-01-01T00:00:00Z stdout P abc\n2024-01-01T00:00:00Z stdout F def\n2024-01-01T00:00:00Z stderr F \n";
-        assert_eq!(parse_cri_log(raw), "abcdef\n\n");
     }
 }

@@ -3,11 +3,11 @@
 //! plugin adds (token, `kube-root-ca.crt`, namespace), and a projected
 //! service account token with its file ownership and modes.
 //!
-//! The pods carry the `kube-api-access-*` volume as the admission plugin
-//! writes it, with `automountServiceAccountToken: false` so that a double
-//! running the plugin adds no second one: the kubelet sees the same volumes
-//! as on a real cluster.
+//! The double runs the ServiceAccount admission plugin, as a real apiserver
+//! does: pods are created as upstream's specs write them and get the
+//! `kube-api-access-*` volume from it.
 
+use apiserver_double::Options;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::Api;
@@ -16,15 +16,6 @@ use kubelet_rs_integration::conformance::*;
 use serde_json::{Value, json};
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// The ServiceAccount admission plugin's `kube-api-access-<suffix>` volume.
-fn api_access_volume() -> Value {
-    json!({"name": "kube-api-access-e2e", "projected": {"defaultMode": 0o644, "sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}})
-}
 
 const MOUNT_TOKEN: &str = "should mount an API token into pods";
 
@@ -46,14 +37,9 @@ async fn mount_api_token(s: &Suite) {
         );
         return;
     }
-    let mut c = busybox("test", &["sleep", "100000"]);
-    c["volumeMounts"] =
-        json!([{"name": "kube-api-access-e2e", "mountPath": SA_DIR, "readOnly": true}]);
     let pod = json!({"spec": {
         "serviceAccountName": "mount-test",
-        "automountServiceAccountToken": false,
-        "containers": [c],
-        "volumes": [api_access_volume()],
+        "containers": [busybox("test", &["sleep", "100000"])],
         "terminationGracePeriodSeconds": 0,
         "restartPolicy": "Never",
     }});
@@ -181,8 +167,6 @@ const OWNERSHIP: &str = "should set ownership and permission when RunAsUser or F
 /// `NewAgnhostPod` with a projected service account token (1 h) at /test-volume.
 fn token_pod(args: &[&str], security: Value) -> Value {
     json!({"spec": {
-        "serviceAccountName": "default",
-        "automountServiceAccountToken": false,
         "volumes": [{"name": "test-volume", "projected": {"sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
         ]}}],
@@ -258,7 +242,11 @@ async fn projected_tokens(s: &Suite) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_account_token_specs() {
-    let s = Suite::start().await;
+    let s = Suite::start_with(Options {
+        service_account_admission: true,
+        ..Options::default()
+    })
+    .await;
     tokio::join!(mount_api_token(&s), projected_tokens(&s));
     s.finish("service_accounts").await;
 }

@@ -319,136 +319,26 @@ const OPTIONAL: &str = "optional updates should be reflected in volume";
 
 /// Three optional configMap volumes: one deleted, one updated, one created later.
 async fn optional_updates(s: &Suite) {
-    let base = "/etc/configmap-volumes";
-    s.config_map(NS, "cm-test-opt-del", &[("data-1", "value-1")], &[])
-        .await;
-    s.config_map(NS, "cm-test-opt-upd", &[("data-1", "value-1")], &[])
-        .await;
-    let loop_c = |name: &str, vol: &str, dir: &str, file: &str| {
-        mounttest(
-            name,
-            &[
-                "--break_on_expected_content=false",
-                "--retry_time=120",
-                &format!("--file_content_in_loop={base}/{dir}/{file}"),
-            ],
-            json!([mount(vol, &format!("{base}/{dir}"), true)]),
-        )
-    };
-    s.pod(
-        OPTIONAL,
-        "cm-opt",
-        json!({"spec": {
-            "volumes": [
-                {"name": "deletecm-volume", "configMap": {"name": "cm-test-opt-del", "optional": true}},
-                {"name": "updatecm-volume", "configMap": {"name": "cm-test-opt-upd", "optional": true}},
-                {"name": "createcm-volume", "configMap": {"name": "cm-test-opt-create", "optional": true}},
-            ],
-            "containers": [
-                loop_c("delcm-volume-test", "deletecm-volume", "delete", "data-1"),
-                loop_c("updcm-volume-test", "updatecm-volume", "update", "data-3"),
-                loop_c("createcm-volume-test", "createcm-volume", "create", "data-1"),
-            ],
-            "restartPolicy": "Never",
-        }}),
-    )
-    .await;
-    if !s.wait_running(OPTIONAL, "cm-opt", POD_TIMEOUT).await {
-        return;
-    }
-    let t = UPDATE_TIMEOUT;
-    let ok = s
-        .eventually_log(
-            OPTIONAL,
-            "cm-opt",
-            "createcm-volume-test",
-            Want::has(format!("Error reading file {base}/create/data-1")),
-            t,
-        )
-        .await
-        & s.eventually_log(
-            OPTIONAL,
-            "cm-opt",
-            "updcm-volume-test",
-            Want::has(format!("Error reading file {base}/update/data-3")),
-            t,
-        )
-        .await
-        & s.eventually_log(
-            OPTIONAL,
-            "cm-opt",
+    s.optional_updates(OptionalUpdates {
+        spec: OPTIONAL,
+        short: "cm-opt",
+        kind: Kind::ConfigMap,
+        projected: false,
+        base: "/etc/configmap-volumes",
+        objects: ["cm-test-opt-del", "cm-test-opt-upd", "cm-test-opt-create"],
+        volumes: ["deletecm-volume", "updatecm-volume", "createcm-volume"],
+        containers: [
             "delcm-volume-test",
-            Want::has("value-1"),
-            t,
-        )
-        .await;
-    if !ok {
-        return;
-    }
-    s.delete_config_map(NS, "cm-test-opt-del").await;
-    s.update_config_map(NS, "cm-test-opt-upd", &[("data-3", "value-3")])
-        .await;
-    s.config_map(NS, "cm-test-opt-create", &[("data-1", "value-1")], &[])
-        .await;
-    s.eventually_log(
-        OPTIONAL,
-        "cm-opt",
-        "createcm-volume-test",
-        Want::has("value-1"),
-        t,
-    )
-    .await;
-    s.eventually_log(
-        OPTIONAL,
-        "cm-opt",
-        "updcm-volume-test",
-        Want::has("value-3"),
-        t,
-    )
-    .await;
-    s.eventually_log(
-        OPTIONAL,
-        "cm-opt",
-        "delcm-volume-test",
-        Want::has(format!("Error reading file {base}/delete/data-1")),
-        t,
-    )
+            "updcm-volume-test",
+            "createcm-volume-test",
+        ],
+    })
     .await;
 }
 
 const MISSING: &str =
     "Should fail non-optional pod creation due to configMap object does not exist [Slow]";
 const MISSING_KEY: &str = "Should fail non-optional pod creation due to the key in the configMap object does not exist [Slow]";
-
-/// A non-optional configMap volume that cannot be set up keeps the pod
-/// Pending (upstream: `Consistently ... BeInPhase(Pending)` for PodStart),
-/// with the volume manager's FailedMount event.
-async fn non_optional(
-    s: &Suite,
-    spec: &str,
-    short: &str,
-    cm: &str,
-    items: Option<Value>,
-    want_in_event: String,
-) {
-    let mut pod = mounttest_pod(
-        "createcm-volume",
-        cm,
-        "/etc/configmap-volumes/create",
-        &[
-            "--break_on_expected_content=false",
-            "--retry_time=120",
-            "--file_content_in_loop=/etc/configmap-volumes/create/data-1",
-        ],
-    );
-    pod["spec"]["volumes"][0]["configMap"]["optional"] = json!(false);
-    if let Some(items) = items {
-        pod["spec"]["volumes"][0]["configMap"]["items"] = items;
-    }
-    s.pod(spec, short, pod).await;
-    s.expect_failed_mount(spec, short, "createcm-volume", &want_in_event)
-        .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_volume_and_env_specs() {
@@ -460,22 +350,24 @@ async fn configmap_volume_and_env_specs() {
         updates(&s),
         binary(&s),
         optional_updates(&s),
-        non_optional(
-            &s,
-            MISSING,
-            "cm-missing",
-            "cm-test-opt-create-missing",
-            None,
-            "\"cm-test-opt-create-missing\" not found".into()
-        ),
-        non_optional(
-            &s,
-            MISSING_KEY,
-            "cm-missing-key",
-            "cm-test-opt-create-key",
-            Some(json!([{"key": "data-4", "path": "path/to/data-4"}])),
-            "configmap references non-existent config key: data-4".into()
-        ),
+        s.non_optional(NonOptional {
+            spec: MISSING,
+            short: "cm-missing",
+            kind: Kind::ConfigMap,
+            object: "cm-test-opt-create-missing",
+            mount_dir: "/etc/configmap-volumes",
+            items: None,
+            want: "\"cm-test-opt-create-missing\" not found",
+        }),
+        s.non_optional(NonOptional {
+            spec: MISSING_KEY,
+            short: "cm-missing-key",
+            kind: Kind::ConfigMap,
+            object: "cm-test-opt-create-key",
+            mount_dir: "/etc/configmap-volumes",
+            items: Some(json!([{"key": "data-4", "path": "path/to/data-4"}])),
+            want: "configmap references non-existent config key: data-4",
+        }),
     );
     // Consistently Pending: still so after every other spec ran.
     s.still_pending(MISSING, "cm-missing");

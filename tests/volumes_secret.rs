@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
 use kubelet_rs_integration::conformance::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// `secretForTest`'s data.
 const SECRET_DATA: [(&str, &[u8]); 3] = [
@@ -267,130 +267,26 @@ const OPTIONAL: &str = "optional updates should be reflected in volume";
 
 /// Three optional secret volumes: one deleted, one updated, one created later.
 async fn optional_updates(s: &Suite) {
-    let base = "/etc/secret-volumes";
-    s.secret(NS, "s-test-opt-del", &[("data-1", b"value-1")])
-        .await;
-    s.secret(NS, "s-test-opt-upd", &[("data-1", b"value-1")])
-        .await;
-    let loop_c = |name: &str, vol: &str, dir: &str, file: &str| {
-        mounttest(
-            name,
-            &[
-                "--break_on_expected_content=false",
-                "--retry_time=120",
-                &format!("--file_content_in_loop={base}/{dir}/{file}"),
-            ],
-            json!([mount(vol, &format!("{base}/{dir}"), true)]),
-        )
-    };
-    s.pod(
-        OPTIONAL,
-        "s-opt",
-        json!({"spec": {
-            "volumes": [
-                {"name": "deletes-volume", "secret": {"secretName": "s-test-opt-del", "optional": true}},
-                {"name": "updates-volume", "secret": {"secretName": "s-test-opt-upd", "optional": true}},
-                {"name": "creates-volume", "secret": {"secretName": "s-test-opt-create", "optional": true}},
-            ],
-            "containers": [
-                loop_c("dels-volume-test", "deletes-volume", "delete", "data-1"),
-                loop_c("upds-volume-test", "updates-volume", "update", "data-3"),
-                loop_c("creates-volume-test", "creates-volume", "create", "data-1"),
-            ],
-            "restartPolicy": "Never",
-        }}),
-    )
-    .await;
-    if !s.wait_running(OPTIONAL, "s-opt", POD_TIMEOUT).await {
-        return;
-    }
-    let t = UPDATE_TIMEOUT;
-    let ok = s
-        .eventually_log(
-            OPTIONAL,
-            "s-opt",
-            "creates-volume-test",
-            Want::has(format!("Error reading file {base}/create/data-1")),
-            t,
-        )
-        .await
-        & s.eventually_log(
-            OPTIONAL,
-            "s-opt",
-            "upds-volume-test",
-            Want::has(format!("Error reading file {base}/update/data-3")),
-            t,
-        )
-        .await
-        & s.eventually_log(
-            OPTIONAL,
-            "s-opt",
+    s.optional_updates(OptionalUpdates {
+        spec: OPTIONAL,
+        short: "s-opt",
+        kind: Kind::Secret,
+        projected: false,
+        base: "/etc/secret-volumes",
+        objects: ["s-test-opt-del", "s-test-opt-upd", "s-test-opt-create"],
+        volumes: ["deletes-volume", "updates-volume", "creates-volume"],
+        containers: [
             "dels-volume-test",
-            Want::has("value-1"),
-            t,
-        )
-        .await;
-    if !ok {
-        return;
-    }
-    s.delete_secret(NS, "s-test-opt-del").await;
-    s.update_secret(NS, "s-test-opt-upd", &[("data-3", b"value-3")])
-        .await;
-    s.secret(NS, "s-test-opt-create", &[("data-1", b"value-1")])
-        .await;
-    s.eventually_log(
-        OPTIONAL,
-        "s-opt",
-        "creates-volume-test",
-        Want::has("value-1"),
-        t,
-    )
-    .await;
-    s.eventually_log(
-        OPTIONAL,
-        "s-opt",
-        "upds-volume-test",
-        Want::has("value-3"),
-        t,
-    )
-    .await;
-    s.eventually_log(
-        OPTIONAL,
-        "s-opt",
-        "dels-volume-test",
-        Want::has(format!("Error reading file {base}/delete/data-1")),
-        t,
-    )
+            "upds-volume-test",
+            "creates-volume-test",
+        ],
+    })
     .await;
 }
 
 const MISSING: &str =
     "Should fail non-optional pod creation due to secret object does not exist [Slow]";
 const MISSING_KEY: &str = "Should fail non-optional pod creation due to the key in the secret object does not exist [Slow]";
-
-/// `createNonOptionalSecretPod` / `createNonOptionalSecretPodWithSecret`.
-async fn non_optional(
-    s: &Suite,
-    spec: &str,
-    short: &str,
-    secret: &str,
-    items: Option<Value>,
-    want: &str,
-) {
-    let mut pod = json!({"spec": {
-        "volumes": [{"name": "creates-volume", "secret": {"secretName": secret, "optional": false}}],
-        "containers": [mounttest("creates-volume-test",
-            &["--break_on_expected_content=false", "--retry_time=120", "--file_content_in_loop=/etc/secret-volumes/create/data-1"],
-            json!([mount("creates-volume", "/etc/secret-volumes/create", true)]))],
-        "restartPolicy": "Never",
-    }});
-    if let Some(items) = items {
-        pod["spec"]["volumes"][0]["secret"]["items"] = items;
-    }
-    s.pod(spec, short, pod).await;
-    s.expect_failed_mount(spec, short, "creates-volume", want)
-        .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_volume_and_env_specs() {
@@ -399,22 +295,24 @@ async fn secret_volume_and_env_specs() {
     tokio::join!(
         to_completion(&s),
         optional_updates(&s),
-        non_optional(
-            &s,
-            MISSING,
-            "s-missing",
-            "s-test-opt-create-missing",
-            None,
-            "\"s-test-opt-create-missing\" not found"
-        ),
-        non_optional(
-            &s,
-            MISSING_KEY,
-            "s-missing-key",
-            "s-test-opt-create-key",
-            Some(json!([{"key": "data_4", "path": "value-4\n"}])),
-            "references non-existent secret key: data_4"
-        ),
+        s.non_optional(NonOptional {
+            spec: MISSING,
+            short: "s-missing",
+            kind: Kind::Secret,
+            object: "s-test-opt-create-missing",
+            mount_dir: "/etc/secret-volumes",
+            items: None,
+            want: "\"s-test-opt-create-missing\" not found",
+        }),
+        s.non_optional(NonOptional {
+            spec: MISSING_KEY,
+            short: "s-missing-key",
+            kind: Kind::Secret,
+            object: "s-test-opt-create-key",
+            mount_dir: "/etc/secret-volumes",
+            items: Some(json!([{"key": "data_4", "path": "value-4\n"}])),
+            want: "references non-existent secret key: data_4",
+        }),
     );
     s.still_pending(MISSING, "s-missing");
     s.still_pending(MISSING_KEY, "s-missing-key");
