@@ -386,15 +386,18 @@ impl Suite {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        // The status patch and the event travel separately: give the status
+        // the event's head start before checking it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.creating(short) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         self.still_pending(spec, short);
     }
 
-    /// The pod is (still) Pending, its containers waiting in ContainerCreating.
-    pub fn still_pending(&self, spec: &str, short: &str) {
-        let phase = self.phase(short);
-        // Containers of a pod whose volumes are not set up are reported
-        // waiting with ContainerCreating (upstream's status generation).
-        let creating = self.api_pod(short).is_some_and(|p| {
+    /// Whether the pod's containers are all reported waiting in ContainerCreating.
+    fn creating(&self, short: &str) -> bool {
+        self.api_pod(short).is_some_and(|p| {
             p["status"]["containerStatuses"]
                 .as_array()
                 .is_some_and(|cs| {
@@ -403,7 +406,15 @@ impl Suite {
                             .iter()
                             .all(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
                 })
-        });
+        })
+    }
+
+    /// The pod is (still) Pending, its containers waiting in ContainerCreating.
+    pub fn still_pending(&self, spec: &str, short: &str) {
+        let phase = self.phase(short);
+        // Containers of a pod whose volumes are not set up are reported
+        // waiting with ContainerCreating (upstream's status generation).
+        let creating = self.creating(short);
         if phase != "Pending" || !creating {
             self.fail(
                 spec,

@@ -273,10 +273,23 @@ impl RuntimePodSyncer {
         }
         self.record(p, &before);
         let left = active_deadline::remaining(p, self.status.get_pod_status(uid).as_ref(), now);
-        if let Some((_, host)) = &self.volumes {
-            host.register_pod(p);
+        // Upstream `SyncPod` returns before the volumes for a pod in a
+        // terminal phase, and the pod worker's `SyncTerminatedPod` unmounts
+        // them: a finished pod's volumes go now, not when it is deleted.
+        let terminal = self
+            .status
+            .get_pod_status(uid)
+            .and_then(|s| s.phase)
+            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+        if let Some((volumes, host)) = &self.volumes {
+            if terminal {
+                volumes.pod_terminated(uid, false);
+            } else {
+                host.register_pod(p);
+            }
         }
         if let Some((volumes, _)) = &self.volumes
+            && !terminal
             && let Err(e) = volumes.wait_for_attach_and_mount(p).await
         {
             // Upstream records the failure unless the wait merely timed out:
