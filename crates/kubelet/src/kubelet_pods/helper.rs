@@ -144,22 +144,27 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             .flatten()
             .map(|r| r.name.clone())
             .filter(|n| !n.is_empty());
+        let mut failed = Vec::new();
         for name in names {
             match self.host.get_secret(ns, &name).await {
                 Ok(s) => out.push(s),
                 Err(e) => {
                     // Upstream goes on without it: the pull may still work.
-                    warn!(secret = %name, error = %e, "Unable to retrieve pull secret; the image pull may not succeed");
-                    self.recorder.event(
-                        &pod_ref(p, None),
-                        EventType::Warning,
-                        "FailedToRetrieveImagePullSecret",
-                        format!(
-                            "Unable to retrieve some image pull secrets ({name}); attempting to pull the image may not succeed."
-                        ),
-                    );
+                    warn!(secret = %name, error = %e, "Unable to retrieve pull secret, the image pull may not succeed.");
+                    failed.push(name);
                 }
             }
+        }
+        if !failed.is_empty() {
+            self.recorder.event(
+                &pod_ref(p, None),
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    failed.join(", ")
+                ),
+            );
         }
         out
     }
