@@ -1,7 +1,7 @@
 //! Upstream's hostPath specs (`test/e2e/common/storage/host_path.go`) on one
 //! joined kubelet. Same pods, busybox for agnhost (see `conformance::MOUNTTEST`).
 //! The volumes are the host's /tmp, as upstream's; the files the specs write
-//! there are removed before and after.
+//! there are removed before and after, while the test holds the kubelet lock.
 
 use kubelet_rs_integration::conformance::*;
 use serde_json::{Value, json};
@@ -39,8 +39,10 @@ fn clean_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_path_specs() {
-    clean_host();
     let s = Suite::start().await;
+    // Only while this test holds the machine's kubelet lock: another test
+    // process may be running these specs on the same /tmp.
+    clean_host();
     // The first container checks the mode; the second runs `mounttest` without flags.
     s.pod(
         MODE,
@@ -105,6 +107,6 @@ async fn host_path_specs() {
             "content of file \"/test-volume/sub-path/test-file\": mount-tester new file",
         )],
     );
-    s.finish("volumes_hostpath").await;
     clean_host();
+    s.finish("volumes_hostpath").await;
 }
