@@ -56,6 +56,10 @@ pub enum Error {
     /// The pod's volumes are not set up (upstream `WaitForAttachAndMount`).
     #[error("Unable to attach or mount volumes: {0}")]
     Volumes(#[source] crate::volumemanager::VolumeError),
+    /// The pod's containers are stopped but its volumes are still mounted
+    /// (upstream `WaitForUnmount`'s error); the kill is retried.
+    #[error("volumes of the pod are still mounted")]
+    VolumesStillMounted,
     /// Stopping or removing the pod failed.
     #[error("killing pod: {0}")]
     Kill(#[source] kubelet_runtime::Error),

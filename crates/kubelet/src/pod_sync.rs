@@ -349,7 +349,16 @@ impl RuntimePodSyncer {
             .map_err(Error::Kill)?;
         if let Some((volumes, host)) = &self.volumes {
             // The containers are stopped: nothing uses the volumes any more.
+            // Upstream `SyncTerminatedPod`: the pod counts as terminated (its
+            // deletion may be confirmed, its UID run again) only once they
+            // are unmounted; until then the kill is retried.
             volumes.pod_terminated(uid, remove);
+            if !volumes
+                .wait_for_unmount(uid, crate::volumemanager::POD_ATTACH_AND_MOUNT_TIMEOUT)
+                .await
+            {
+                return Err(Error::VolumesStillMounted);
+            }
             if remove {
                 host.unregister_pod(p);
             }
@@ -369,15 +378,6 @@ impl RuntimePodSyncer {
                 .await
                 .map_err(|e| Error::PodStatus(Arc::new(e)))?;
             self.record_phase(p, &status, true);
-            // Upstream `SyncTerminatedPod`: the pod counts as terminated (and
-            // its deletion may be confirmed) once its volumes are unmounted.
-            if let Some((volumes, _)) = &self.volumes
-                && !volumes
-                    .wait_for_unmount(uid, crate::volumemanager::POD_ATTACH_AND_MOUNT_TIMEOUT)
-                    .await
-            {
-                tracing::warn!("Volumes of the terminated pod are still mounted");
-            }
             self.status.mark_terminated(uid);
             info!("Pod stopped");
         }

@@ -98,8 +98,16 @@ pub(crate) struct VolumeState {
     pub on_disk: Option<PathBuf>,
     /// Set up again at the next chance (content changed).
     pub remount: bool,
+    /// Bumped whenever the content may have changed; a set-up that started
+    /// at an older generation leaves `remount` set.
+    pub generation: u64,
+    /// The generation the running set-up started at.
+    pub started: u64,
     /// An operation is running.
     pub in_flight: bool,
+    /// The running operation is a tear-down: the volume no longer counts
+    /// as set up.
+    pub tearing_down: bool,
     /// Not before this instant.
     pub next_try: Option<Instant>,
     /// The current retry delay.
@@ -114,7 +122,10 @@ impl VolumeState {
             mounted: None,
             on_disk: None,
             remount: false,
+            generation: 0,
+            started: 0,
             in_flight: false,
+            tearing_down: false,
             next_try: None,
             backoff: Duration::ZERO,
         }
@@ -130,6 +141,9 @@ pub(crate) struct PodEntry {
     pub desired: bool,
     /// Remove `<pods>/<uid>` once everything is torn down.
     pub remove_dir: bool,
+    /// `<pods>/<uid>` is being removed: nothing is set up for the UID
+    /// until that is done.
+    pub removing: bool,
     /// Volumes by the pod's name for them.
     pub volumes: BTreeMap<String, VolumeState>,
     /// Volumes that could not be added (no plugin), with the reason.
@@ -213,6 +227,7 @@ impl VolumeManager {
                 pod: None,
                 desired: true,
                 remove_dir: false,
+                removing: false,
                 volumes: BTreeMap::new(),
                 errors: BTreeMap::new(),
             });
@@ -258,6 +273,7 @@ impl VolumeManager {
                 state.spec = Some(v);
                 if refresh {
                     state.remount = true;
+                    state.generation += 1;
                     state.next_try = None;
                 }
             }
@@ -338,7 +354,7 @@ impl VolumeManager {
             entry
                 .volumes
                 .get(n)
-                .is_some_and(|v| v.mounted.is_some() && v.spec.is_some())
+                .is_some_and(|v| v.mounted.is_some() && v.spec.is_some() && !v.tearing_down)
         });
         if all { Check::Done } else { Check::Waiting }
     }
@@ -398,6 +414,7 @@ impl VolumeManager {
                         pod: None,
                         desired: false,
                         remove_dir: true,
+                        removing: false,
                         volumes: BTreeMap::new(),
                         errors: BTreeMap::new(),
                     },
@@ -415,7 +432,15 @@ impl VolumeManager {
             let changed = self.inner.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if !self.inner.state.lock().pods.contains_key(uid) {
+            let done = self.inner.state.lock().pods.get(uid).is_none_or(|e| {
+                // Wanted again (a returning UID) with nothing left of before.
+                e.desired
+                    && !e.removing
+                    && e.volumes
+                        .values()
+                        .all(|v| !v.tearing_down && v.mounted.is_none())
+            });
+            if done {
                 return true;
             }
             tokio::select! {
@@ -449,6 +474,7 @@ impl VolumeManager {
                     let content = v.mounted.as_ref().is_none_or(|m| m.refresh);
                     if content {
                         v.remount = v.mounted.is_some();
+                        v.generation += 1;
                         v.next_try = None;
                     }
                 }

@@ -35,6 +35,7 @@ pub(super) async fn reconstruct(inner: &Arc<Inner>) {
             pod: None,
             desired: false,
             remove_dir: false,
+            removing: false,
             volumes: BTreeMap::new(),
             errors: BTreeMap::new(),
         });
@@ -72,6 +73,10 @@ fn reconcile(inner: &Arc<Inner>) {
         let mut st = inner.state.lock();
         let mut done = Vec::new();
         for (uid, e) in &mut st.pods {
+            if e.removing {
+                // Nothing starts under a directory being removed.
+                continue;
+            }
             let wanted = e.desired && e.pod.is_some();
             if !wanted && e.pod.is_none() && !e.remove_dir && (inner.may_clean_orphan)(uid) {
                 e.remove_dir = true;
@@ -85,6 +90,7 @@ fn reconcile(inner: &Arc<Inner>) {
                 if wanted && v.spec.is_some() {
                     if (v.mounted.is_none() || v.remount) && due {
                         v.in_flight = true;
+                        v.started = v.generation;
                         ops.push(Op::SetUp(uid.clone(), name.clone()));
                     }
                 } else if (tear_all || (wanted && v.spec.is_none() && v.mounted.is_some()))
@@ -92,6 +98,7 @@ fn reconcile(inner: &Arc<Inner>) {
                     && due
                 {
                     v.in_flight = true;
+                    v.tearing_down = true;
                     ops.push(Op::TearDown(uid.clone(), name.clone()));
                 }
             }
@@ -104,9 +111,15 @@ fn reconcile(inner: &Arc<Inner>) {
             }
         }
         for (uid, remove_dir) in done {
-            st.pods.remove(&uid);
             if remove_dir {
+                // Kept, marked, until the directory is gone (a pod with the
+                // same UID waits for that).
+                if let Some(e) = st.pods.get_mut(&uid) {
+                    e.removing = true;
+                }
                 ops.push(Op::RemoveDir(uid));
+            } else {
+                st.pods.remove(&uid);
             }
         }
     }
@@ -151,6 +164,18 @@ async fn run_op(inner: &Arc<Inner>, op: Op) {
                     warn!(error = %e, "Cannot remove pod directory; will retry at the next orphan check")
                 }
             }
+            let mut st = inner.state.lock();
+            match st.pods.get_mut(&uid) {
+                // The UID came back meanwhile: its volumes are set up anew.
+                Some(e) if e.desired => {
+                    e.removing = false;
+                    e.remove_dir = false;
+                }
+                Some(_) => {
+                    st.pods.remove(&uid);
+                }
+                None => {}
+            }
         }
     }
 }
@@ -161,7 +186,7 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
         let Some(e) = st.pods.get(uid) else { return };
         let v = e.volumes.get(name).and_then(|v| v.spec.clone());
         match (e.pod.clone(), v) {
-            (Some(p), Some(v)) => (p, v),
+            (Some(p), Some(v)) if e.desired => (p, v),
             _ => {
                 drop(st);
                 finish(inner, uid, name, |v| v.in_flight = false);
@@ -191,7 +216,8 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
             finish(inner, uid, name, move |v| {
                 v.on_disk = Some(dir);
                 v.mounted = Some(mounted);
-                v.remount = false;
+                // A change that came while this ran is written next.
+                v.remount = v.generation != v.started;
                 v.backoff = Duration::ZERO;
                 v.next_try = None;
             });
@@ -267,7 +293,20 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
             debug!("UnmountVolume.TearDown succeeded");
             let mut st = inner.state.lock();
             if let Some(e) = st.pods.get_mut(uid) {
-                e.volumes.remove(name);
+                let again = e.desired && e.volumes.get(name).is_some_and(|v| v.spec.is_some());
+                match e.volumes.get_mut(name) {
+                    // The pod (same UID) came back while this ran: set it up anew.
+                    Some(v) if again => {
+                        v.mounted = None;
+                        v.on_disk = None;
+                        v.in_flight = false;
+                        v.tearing_down = false;
+                        v.next_try = None;
+                    }
+                    _ => {
+                        e.volumes.remove(name);
+                    }
+                }
             }
         }
         Err(e) => {
@@ -290,5 +329,6 @@ fn finish(inner: &Arc<Inner>, uid: &str, name: &str, f: impl FnOnce(&mut VolumeS
     if let Some(v) = st.pods.get_mut(uid).and_then(|e| e.volumes.get_mut(name)) {
         f(v);
         v.in_flight = false;
+        v.tearing_down = false;
     }
 }

@@ -21,6 +21,8 @@ struct FakeOps {
     failing: Mutex<HashSet<String>>,
     calls: Mutex<Vec<String>>,
     on_disk: Mutex<Vec<OnDisk>>,
+    /// How long each set-up and tear-down takes.
+    delay: Mutex<Duration>,
 }
 
 impl FakeOps {
@@ -44,6 +46,8 @@ impl VolumeOps for FakeOps {
         pods_dir: &Path,
     ) -> Result<MountedVolume, kubelet_volume::Error> {
         self.calls.lock().push(format!("set_up {}", volume.name));
+        let delay = *self.delay.lock();
+        tokio::time::sleep(delay).await;
         if self.failing.lock().contains(&volume.name) {
             return Err(kubelet_volume::Error::Object(
                 kubelet_volume::ObjectError::NotFound {
@@ -72,6 +76,8 @@ impl VolumeOps for FakeOps {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         self.calls.lock().push(format!("tear_down {name}"));
+        let delay = *self.delay.lock();
+        tokio::time::sleep(delay).await;
         Ok(())
     }
     async fn clean_subpaths(&self, _: &Path, uid: &str) -> Result<(), kubelet_volume::Error> {
@@ -87,6 +93,9 @@ impl VolumeOps for FakeOps {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         self.calls.lock().push(format!("remove_dir {uid}"));
+        let delay = *self.delay.lock();
+        tokio::time::sleep(delay).await;
+        self.calls.lock().push(format!("removed_dir {uid}"));
         Ok(())
     }
 }
@@ -267,7 +276,8 @@ async fn a_terminated_pod_has_its_volumes_torn_down_and_its_directory_removed() 
             "set_up data",
             "clean_subpaths u1",
             "tear_down data",
-            "remove_dir u1"
+            "remove_dir u1",
+            "removed_dir u1"
         ]
     );
     assert!(f.vm.get_mounted_volumes_for_pod("u1").is_empty());
@@ -305,7 +315,8 @@ async fn volumes_found_after_a_restart_are_adopted_or_cleaned_once_allowed() {
             "set_up data",
             "clean_subpaths gone",
             "tear_down data",
-            "remove_dir gone"
+            "remove_dir gone",
+            "removed_dir gone"
         ],
         "only the orphan is torn down"
     );
@@ -335,5 +346,82 @@ async fn a_directory_found_on_disk_under_another_name_is_kept_while_the_pod_runs
     let calls = f.ops.calls();
     assert!(calls.contains(&"tear_down pv-1".to_string()), "{calls:?}");
     assert!(calls.contains(&"tear_down data".to_string()), "{calls:?}");
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_during_a_set_up_is_written_after_it() {
+    let f = fixture(vec![]);
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "cfg", "configMap": {"name": "c"}}]),
+    );
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    *f.ops.delay.lock() = Duration::from_secs(1);
+    f.vm.objects_changed("ns");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.ops.count("set_up cfg"), 2, "the rewrite runs");
+    // A second change while that rewrite may have read the old object.
+    f.vm.objects_changed("ns");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        f.ops.count("set_up cfg"),
+        3,
+        "written again after the running one"
+    );
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_back_with_the_same_uid_waits_for_the_teardown_and_is_set_up_anew() {
+    let f = fixture(vec![]);
+    let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    *f.ops.delay.lock() = Duration::from_secs(1);
+    f.vm.pod_terminated("u1", true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.ops.count("tear_down data"), 1, "the teardown is running");
+    // The same UID comes back before it is done: the wait covers the
+    // teardown and a fresh set-up (the pod's directory stays, it is wanted).
+    f.vm.wait_for_attach_and_mount(&p)
+        .await
+        .expect("mounted again");
+    let calls = f.ops.calls();
+    assert_eq!(
+        calls,
+        vec![
+            "set_up data",
+            "clean_subpaths u1",
+            "tear_down data",
+            "set_up data"
+        ],
+        "set up again only after the old volume is gone"
+    );
+    assert_eq!(f.vm.get_mounted_volumes_for_pod("u1").len(), 1);
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_set_up_under_a_pod_directory_being_removed() {
+    let f = fixture(vec![]);
+    let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    f.vm.pod_terminated("u1", true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    *f.ops.delay.lock() = Duration::from_secs(1);
+    // Make the removal slow, then bring the UID back while it runs.
+    f.vm.pod_terminated("u1", true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = f.ops.calls();
+    f.vm.wait_for_attach_and_mount(&p)
+        .await
+        .expect("mounted again");
+    let calls = f.ops.calls();
+    let removed = calls.iter().rposition(|c| c.starts_with("removed_dir"));
+    let set_up = calls.iter().rposition(|c| c == "set_up data");
+    assert!(
+        removed < set_up,
+        "set up after the removal finished: {calls:?} (before: {before:?})"
+    );
     f.shutdown.cancel();
 }
