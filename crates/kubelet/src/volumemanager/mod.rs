@@ -445,6 +445,8 @@ impl VolumeManager {
             }
             tokio::select! {
                 () = changed => {}
+                // Also looked at again with the reconciler's period.
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
                 () = tokio::time::sleep_until(deadline) => return false,
                 () = self.inner.shutdown.cancelled() => return false,
             }

@@ -69,6 +69,7 @@ enum Op {
 fn reconcile(inner: &Arc<Inner>) {
     let now = Instant::now();
     let mut ops = Vec::new();
+    let removed;
     {
         let mut st = inner.state.lock();
         let mut done = Vec::new();
@@ -110,6 +111,7 @@ fn reconcile(inner: &Arc<Inner>) {
                 }
             }
         }
+        removed = !done.is_empty();
         for (uid, remove_dir) in done {
             if remove_dir {
                 // Kept, marked, until the directory is gone (a pod with the
@@ -122,6 +124,10 @@ fn reconcile(inner: &Arc<Inner>) {
                 st.pods.remove(&uid);
             }
         }
+    }
+    if removed {
+        // Waiters for an unmount learn of it here, not from an operation.
+        inner.changed.notify_waiters();
     }
     for op in ops {
         spawn(inner, op);
