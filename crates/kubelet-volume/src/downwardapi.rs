@@ -50,7 +50,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
             kubelet_types::pod::name(&pod)
         );
     })?;
-    set_up_memory_dir(host, &dir).await?;
+    set_up_memory_dir(host, &pod, &dir).await?;
     make_nested_mountpoints(&pod, &req.volume.name, &dir).await?;
     write_payload(&pod, &req.volume.name, &dir, payload).await?;
     Ok(mounted(&req, names::DOWNWARD_API, dir))

@@ -155,3 +155,41 @@ async fn missing_secret_fails_unless_optional() {
         Some("tmpfs")
     );
 }
+
+#[tokio::test]
+async fn tmpfs_is_sized_to_the_pod_memory_limit_when_smaller() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let _unmount = UnmountOnDrop(tmp.path().to_path_buf());
+    let host = FakeHost {
+        allocatable: BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))]),
+        ..Default::default()
+    };
+    host.put_secret("s", &[("k", "v")]);
+    let mut pod = test_pod();
+    pod.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity("16Mi".into()),
+        )])),
+        ..Default::default()
+    });
+    let v = Volume {
+        name: "sec".into(),
+        secret: Some(source("s")),
+        ..Default::default()
+    };
+    set_up(
+        &host,
+        SetUpRequest {
+            pod: &pod,
+            volume: &v,
+            pods_dir: tmp.path(),
+        },
+    )
+    .await
+    .expect("set up");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~secret/sec");
+    let opts = mount_options(&dir);
+    assert!(opts.contains("size=16384k"), "{opts}");
+}
