@@ -6,7 +6,7 @@
 //! the ConfigMap changes. Ownership for `fsGroup` is not applied here: the
 //! caller applies it to the volume directory after `set_up`.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod};
@@ -57,6 +57,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         optional,
     )?;
     set_up_disk_dir(&dir).await?;
+    mark_wrapped_ready(&req).await?;
     make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
     write_payload(pod, &req.volume.name, &dir, payload).await?;
     Ok(mounted(&req, names::CONFIG_MAP, dir))
@@ -144,6 +145,36 @@ pub(crate) async fn set_up_disk_dir(dir: &Path) -> Result<()> {
         std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
             .map_err(Error::io("chmod", &dir))
+    })
+    .await
+}
+
+/// Marks the wrapped emptyDir of `req.volume` ready, as upstream's wrapper
+/// does once it is set up: `<pod>/plugins/kubernetes.io~empty-dir/
+/// wrapped_<volume>/ready` (directory 0750, file 0600; `tear_down` removes
+/// it).
+pub(crate) async fn mark_wrapped_ready(req: &SetUpRequest<'_>) -> Result<()> {
+    let meta = crate::emptydir::meta_dir(
+        req.pods_dir,
+        kubelet_types::pod::uid(req.pod),
+        &format!("wrapped_{}", req.volume.name),
+    );
+    blocking(move || {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&meta)
+            .map_err(Error::io("create directory", &meta))?;
+        let ready = meta.join("ready");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&ready)
+            .map_err(Error::io("create", &ready))?;
+        std::fs::set_permissions(&ready, std::fs::Permissions::from_mode(0o600))
+            .map_err(Error::io("chmod", &ready))
     })
     .await
 }

@@ -217,6 +217,11 @@ async fn all_keys_with_default_mode_in_the_plugin_dir() {
     assert_eq!(std::fs::read(dir.join("bin")).expect("bin"), vec![0, 1, 2]);
     assert_eq!(mode(&dir.join("a")), 0o644);
     assert!(std::fs::read_link(dir.join("..data")).is_ok());
+    let meta = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_cfg");
+    assert_eq!(mode(&meta), 0o750);
+    assert_eq!(mode(&meta.join("ready")), 0o600);
 }
 
 #[tokio::test]

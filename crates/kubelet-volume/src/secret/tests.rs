@@ -65,6 +65,10 @@ async fn secret_is_written_into_a_tmpfs_mounted_once() {
     assert_eq!(read(&dir.join("user")), "admin");
     assert_eq!(read(&dir.join("pass")), "hunter2");
     assert_eq!(mode(&dir.join("pass")), 0o644);
+    let ready = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_sec/ready");
+    assert_eq!(mode(&ready), 0o600);
 
     // Set up again: refreshed in place, no second tmpfs stacked.
     host.put_secret("s", &[("user", "root")]);
