@@ -58,8 +58,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
     )?;
     set_up_disk_dir(&dir).await?;
     mark_wrapped_ready(&req).await?;
-    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
-    write_payload(pod, &req.volume.name, &dir, payload).await?;
+    populate(&req, names::CONFIG_MAP, pod, &dir, payload).await?;
     Ok(mounted(&req, names::CONFIG_MAP, dir))
 }
 
@@ -183,7 +182,7 @@ pub(crate) async fn mark_wrapped_ready(req: &SetUpRequest<'_>) -> Result<()> {
 /// volumes are mounted on when a container mounts them beneath this volume
 /// `name` (upstream `MakeNestedMountpoints`), so the runtime need not create
 /// them in a read-only mount. Only the outermost nested mount point counts.
-pub(crate) async fn make_nested_mountpoints(pod: &Pod, name: &str, dir: &Path) -> Result<()> {
+async fn make_nested_mountpoints(pod: &Pod, name: &str, dir: &Path) -> Result<()> {
     let nested = nested_mountpoints(pod, name)?;
     if nested.is_empty() {
         return Ok(());
@@ -272,14 +271,33 @@ pub(crate) fn clean(p: &str) -> String {
     }
 }
 
-/// Writes `payload` into the volume directory `dir` of `pod`'s volume
-/// `volume`, logging under upstream's writer context.
-pub(crate) async fn write_payload(
+/// Fills the freshly set-up volume directory `dir`: nested mount points,
+/// then `payload` through the atomic writer. On failure the volume is torn
+/// down again (upstream's deferred clean-up once the wrapped emptyDir is
+/// set up) and the error returned.
+pub(crate) async fn populate(
+    req: &SetUpRequest<'_>,
+    plugin: &'static str,
     pod: &Pod,
-    volume: &str,
     dir: &Path,
     payload: Payload,
 ) -> Result<()> {
+    let name = &req.volume.name;
+    let res = match make_nested_mountpoints(pod, name, dir).await {
+        Ok(()) => write_payload(pod, name, dir, payload).await,
+        Err(e) => Err(e),
+    };
+    if res.is_err()
+        && let Err(e) = crate::plugin::tear_down(plugin, dir).await
+    {
+        tracing::error!("Error tearing down volume {name} with : {e}");
+    }
+    res
+}
+
+/// Writes `payload` into the volume directory `dir` of `pod`'s volume
+/// `volume`, logging under upstream's writer context.
+async fn write_payload(pod: &Pod, volume: &str, dir: &Path, payload: Payload) -> Result<()> {
     let context = format!(
         "pod {}/{} volume {volume}",
         kubelet_types::pod::namespace(pod),

@@ -13,9 +13,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ProjectedVolumeSource, Secret};
 
 use crate::atomic_writer::{FileProjection, Payload};
-use crate::configmap::{
-    DEFAULT_MODE, file_mode, make_nested_mountpoints, mark_wrapped_ready, mounted, write_payload,
-};
+use crate::configmap::{DEFAULT_MODE, file_mode, mark_wrapped_ready, mounted, populate};
 use crate::downwardapi::{aggregate, current_pod};
 use crate::host::TokenRequest;
 use crate::plugin::names;
@@ -50,8 +48,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
     })?;
     set_up_memory_dir(host, &pod, &dir).await?;
     mark_wrapped_ready(&req).await?;
-    make_nested_mountpoints(&pod, &req.volume.name, &dir).await?;
-    write_payload(&pod, &req.volume.name, &dir, payload).await?;
+    populate(&req, names::PROJECTED, &pod, &dir, payload).await?;
     Ok(mounted(&req, names::PROJECTED, dir))
 }
 

@@ -13,10 +13,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{KeyToPath, Pod, Secret};
 
 use crate::atomic_writer::{Payload, blocking};
-use crate::configmap::{
-    DEFAULT_MODE, file, file_mode, make_nested_mountpoints, mark_wrapped_ready, mounted,
-    write_payload,
-};
+use crate::configmap::{DEFAULT_MODE, file, file_mode, mark_wrapped_ready, mounted, populate};
 use crate::plugin::names;
 use crate::{Error, MountedVolume, Result, SetUpRequest, VolumeHost};
 
@@ -65,8 +62,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
     )?;
     set_up_memory_dir(host, pod, &dir).await?;
     mark_wrapped_ready(&req).await?;
-    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
-    write_payload(pod, &req.volume.name, &dir, payload).await?;
+    populate(&req, names::SECRET, pod, &dir, payload).await?;
     Ok(mounted(&req, names::SECRET, dir))
 }
 

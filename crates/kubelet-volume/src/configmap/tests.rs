@@ -387,3 +387,27 @@ async fn nested_mount_points_are_created_in_the_volume() {
     assert!(!dir.join("x").exists());
     assert_eq!(read(&dir.join("a")), "1");
 }
+
+#[tokio::test]
+async fn a_failed_write_tears_the_volume_down() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = FakeHost::default();
+    host.put_config_map("cm", &[("a", "1")]);
+    let src = ConfigMapVolumeSource {
+        items: Some(vec![item("a", "..a", None)]),
+        ..source("cm")
+    };
+    let err = set_up_cm(&host, tmp.path(), src)
+        .await
+        .expect_err("invalid path");
+    assert_eq!(
+        err.to_string(),
+        "invalid path: must not start with '..': ..a"
+    );
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~configmap/cfg");
+    assert!(!dir.exists());
+    let meta = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_cfg");
+    assert!(!meta.exists());
+}

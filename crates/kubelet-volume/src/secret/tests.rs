@@ -197,3 +197,34 @@ async fn tmpfs_is_sized_to_the_pod_memory_limit_when_smaller() {
     let opts = mount_options(&dir);
     assert!(opts.contains("size=16384k"), "{opts}");
 }
+
+#[tokio::test]
+async fn a_failed_write_unmounts_and_removes_the_tmpfs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let _unmount = UnmountOnDrop(tmp.path().to_path_buf());
+    let host = FakeHost::default();
+    host.put_secret("s", &[("k", "v")]);
+    let src = SecretVolumeSource {
+        items: Some(vec![KeyToPath {
+            key: "k".into(),
+            path: "/abs".into(),
+            mode: None,
+        }]),
+        ..source("s")
+    };
+    let err = set_up_secret(&host, tmp.path(), src)
+        .await
+        .expect_err("invalid path");
+    assert_eq!(err.to_string(), "invalid path: must be relative path: /abs");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~secret/sec");
+    assert!(!dir.exists());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    assert!(
+        !info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|p| Path::new(p).starts_with(&root)),
+        "nothing left mounted"
+    );
+}
