@@ -6,7 +6,7 @@
 //! the ConfigMap changes. Ownership for `fsGroup` is not applied here: the
 //! caller applies it to the volume directory after `set_up`.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod};
@@ -57,8 +57,8 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         optional,
     )?;
     set_up_disk_dir(&dir).await?;
-    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
-    write_payload(pod, &req.volume.name, &dir, payload).await?;
+    mark_wrapped_ready(&req).await?;
+    populate(&req, names::CONFIG_MAP, pod, &dir, payload).await?;
     Ok(mounted(&req, names::CONFIG_MAP, dir))
 }
 
@@ -148,11 +148,41 @@ pub(crate) async fn set_up_disk_dir(dir: &Path) -> Result<()> {
     .await
 }
 
+/// Marks the wrapped emptyDir of `req.volume` ready, as upstream's wrapper
+/// does once it is set up: `<pod>/plugins/kubernetes.io~empty-dir/
+/// wrapped_<volume>/ready` (directory 0750, file 0600; `tear_down` removes
+/// it).
+pub(crate) async fn mark_wrapped_ready(req: &SetUpRequest<'_>) -> Result<()> {
+    let meta = crate::emptydir::meta_dir(
+        req.pods_dir,
+        kubelet_types::pod::uid(req.pod),
+        &format!("wrapped_{}", req.volume.name),
+    );
+    blocking(move || {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&meta)
+            .map_err(Error::io("create directory", &meta))?;
+        let ready = meta.join("ready");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&ready)
+            .map_err(Error::io("create", &ready))?;
+        std::fs::set_permissions(&ready, std::fs::Permissions::from_mode(0o600))
+            .map_err(Error::io("chmod", &ready))
+    })
+    .await
+}
+
 /// Creates, inside the volume directory `dir`, the directories that other
 /// volumes are mounted on when a container mounts them beneath this volume
 /// `name` (upstream `MakeNestedMountpoints`), so the runtime need not create
 /// them in a read-only mount. Only the outermost nested mount point counts.
-pub(crate) async fn make_nested_mountpoints(pod: &Pod, name: &str, dir: &Path) -> Result<()> {
+async fn make_nested_mountpoints(pod: &Pod, name: &str, dir: &Path) -> Result<()> {
     let nested = nested_mountpoints(pod, name)?;
     if nested.is_empty() {
         return Ok(());
@@ -241,14 +271,33 @@ pub(crate) fn clean(p: &str) -> String {
     }
 }
 
-/// Writes `payload` into the volume directory `dir` of `pod`'s volume
-/// `volume`, logging under upstream's writer context.
-pub(crate) async fn write_payload(
+/// Fills the freshly set-up volume directory `dir`: nested mount points,
+/// then `payload` through the atomic writer. On failure the volume is torn
+/// down again (upstream's deferred clean-up once the wrapped emptyDir is
+/// set up) and the error returned.
+pub(crate) async fn populate(
+    req: &SetUpRequest<'_>,
+    plugin: &'static str,
     pod: &Pod,
-    volume: &str,
     dir: &Path,
     payload: Payload,
 ) -> Result<()> {
+    let name = &req.volume.name;
+    let res = match make_nested_mountpoints(pod, name, dir).await {
+        Ok(()) => write_payload(pod, name, dir, payload).await,
+        Err(e) => Err(e),
+    };
+    if res.is_err()
+        && let Err(e) = crate::plugin::tear_down(plugin, dir).await
+    {
+        tracing::error!("Error tearing down volume {name} with : {e}");
+    }
+    res
+}
+
+/// Writes `payload` into the volume directory `dir` of `pod`'s volume
+/// `volume`, logging under upstream's writer context.
+async fn write_payload(pod: &Pod, volume: &str, dir: &Path, payload: Payload) -> Result<()> {
     let context = format!(
         "pod {}/{} volume {volume}",
         kubelet_types::pod::namespace(pod),

@@ -15,7 +15,7 @@ use kubelet_types::fieldpath::{extract_field_path_as_string, extract_resource_va
 
 use crate::atomic_writer::Payload;
 use crate::configmap::{
-    DEFAULT_MODE, clean, file, file_mode, make_nested_mountpoints, mounted, write_payload,
+    DEFAULT_MODE, clean, file, file_mode, mark_wrapped_ready, mounted, populate,
 };
 use crate::plugin::names;
 use crate::secret::set_up_memory_dir;
@@ -50,9 +50,9 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
             kubelet_types::pod::name(&pod)
         );
     })?;
-    set_up_memory_dir(host, &dir).await?;
-    make_nested_mountpoints(&pod, &req.volume.name, &dir).await?;
-    write_payload(&pod, &req.volume.name, &dir, payload).await?;
+    set_up_memory_dir(host, &pod, &dir).await?;
+    mark_wrapped_ready(&req).await?;
+    populate(&req, names::DOWNWARD_API, &pod, &dir, payload).await?;
     Ok(mounted(&req, names::DOWNWARD_API, dir))
 }
 

@@ -13,7 +13,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ProjectedVolumeSource, Secret};
 
 use crate::atomic_writer::{FileProjection, Payload};
-use crate::configmap::{DEFAULT_MODE, file_mode, make_nested_mountpoints, mounted, write_payload};
+use crate::configmap::{DEFAULT_MODE, file_mode, mark_wrapped_ready, mounted, populate};
 use crate::downwardapi::{aggregate, current_pod};
 use crate::host::TokenRequest;
 use crate::plugin::names;
@@ -46,9 +46,9 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
             kubelet_types::pod::name(&pod)
         );
     })?;
-    set_up_memory_dir(host, &dir).await?;
-    make_nested_mountpoints(&pod, &req.volume.name, &dir).await?;
-    write_payload(&pod, &req.volume.name, &dir, payload).await?;
+    set_up_memory_dir(host, &pod, &dir).await?;
+    mark_wrapped_ready(&req).await?;
+    populate(&req, names::PROJECTED, &pod, &dir, payload).await?;
     Ok(mounted(&req, names::PROJECTED, dir))
 }
 

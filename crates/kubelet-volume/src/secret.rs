@@ -10,12 +10,10 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{KeyToPath, Secret};
+use k8s_openapi::api::core::v1::{KeyToPath, Pod, Secret};
 
 use crate::atomic_writer::{Payload, blocking};
-use crate::configmap::{
-    DEFAULT_MODE, file, file_mode, make_nested_mountpoints, mounted, write_payload,
-};
+use crate::configmap::{DEFAULT_MODE, file, file_mode, mark_wrapped_ready, mounted, populate};
 use crate::plugin::names;
 use crate::{Error, MountedVolume, Result, SetUpRequest, VolumeHost};
 
@@ -62,9 +60,9 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         source.default_mode,
         optional,
     )?;
-    set_up_memory_dir(host, &dir).await?;
-    make_nested_mountpoints(pod, &req.volume.name, &dir).await?;
-    write_payload(pod, &req.volume.name, &dir, payload).await?;
+    set_up_memory_dir(host, pod, &dir).await?;
+    mark_wrapped_ready(&req).await?;
+    populate(&req, names::SECRET, pod, &dir, payload).await?;
     Ok(mounted(&req, names::SECRET, dir))
 }
 
@@ -107,16 +105,13 @@ pub fn make_payload(
 
 /// The directory of a memory-backed wrapped emptyDir (upstream
 /// `emptyDir.setupTmpfs`): created with mode 0777, then a tmpfs mounted on
-/// it once, sized to the node's allocatable memory (upstream's
-/// `SizeMemoryBackedVolumes`), its root 1777 as a tmpfs mounted without a
+/// it once, sized as a Memory emptyDir without `sizeLimit` (upstream's
+/// `calculateEmptyDirMemorySize`: node allocatable memory, or the pod's
+/// memory limit when smaller), its root 1777 as a tmpfs mounted without a
 /// mode option.
-pub(crate) async fn set_up_memory_dir(host: &dyn VolumeHost, dir: &Path) -> Result<()> {
-    let size = host
-        .node_allocatable()
-        .get("memory")
-        .and_then(|q| kubelet_types::quantity::parse_bytes(&q.0))
-        .and_then(|b| u64::try_from(b).ok())
-        .filter(|b| *b > 0);
+pub(crate) async fn set_up_memory_dir(host: &dyn VolumeHost, pod: &Pod, dir: &Path) -> Result<()> {
+    let size = crate::emptydir::memory_size_limit(&host.node_allocatable(), pod, None)
+        .and_then(|b| u64::try_from(b).ok());
     let d = dir.to_path_buf();
     let mounted = blocking(move || {
         std::fs::create_dir_all(&d).map_err(Error::io("create directory", &d))?;

@@ -217,6 +217,11 @@ async fn all_keys_with_default_mode_in_the_plugin_dir() {
     assert_eq!(std::fs::read(dir.join("bin")).expect("bin"), vec![0, 1, 2]);
     assert_eq!(mode(&dir.join("a")), 0o644);
     assert!(std::fs::read_link(dir.join("..data")).is_ok());
+    let meta = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_cfg");
+    assert_eq!(mode(&meta), 0o750);
+    assert_eq!(mode(&meta.join("ready")), 0o600);
 }
 
 #[tokio::test]
@@ -381,4 +386,28 @@ async fn nested_mount_points_are_created_in_the_volume() {
     assert!(!dir.join("sub/deeper").exists());
     assert!(!dir.join("x").exists());
     assert_eq!(read(&dir.join("a")), "1");
+}
+
+#[tokio::test]
+async fn a_failed_write_tears_the_volume_down() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = FakeHost::default();
+    host.put_config_map("cm", &[("a", "1")]);
+    let src = ConfigMapVolumeSource {
+        items: Some(vec![item("a", "..a", None)]),
+        ..source("cm")
+    };
+    let err = set_up_cm(&host, tmp.path(), src)
+        .await
+        .expect_err("invalid path");
+    assert_eq!(
+        err.to_string(),
+        "invalid path: must not start with '..': ..a"
+    );
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~configmap/cfg");
+    assert!(!dir.exists());
+    let meta = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_cfg");
+    assert!(!meta.exists());
 }

@@ -65,6 +65,10 @@ async fn secret_is_written_into_a_tmpfs_mounted_once() {
     assert_eq!(read(&dir.join("user")), "admin");
     assert_eq!(read(&dir.join("pass")), "hunter2");
     assert_eq!(mode(&dir.join("pass")), 0o644);
+    let ready = tmp
+        .path()
+        .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_sec/ready");
+    assert_eq!(mode(&ready), 0o600);
 
     // Set up again: refreshed in place, no second tmpfs stacked.
     host.put_secret("s", &[("user", "root")]);
@@ -153,5 +157,74 @@ async fn missing_secret_fails_unless_optional() {
     assert_eq!(
         crate::mount::fs_type(&dir).await.expect("type").as_deref(),
         Some("tmpfs")
+    );
+}
+
+#[tokio::test]
+async fn tmpfs_is_sized_to_the_pod_memory_limit_when_smaller() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let _unmount = UnmountOnDrop(tmp.path().to_path_buf());
+    let host = FakeHost {
+        allocatable: BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))]),
+        ..Default::default()
+    };
+    host.put_secret("s", &[("k", "v")]);
+    let mut pod = test_pod();
+    pod.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity("16Mi".into()),
+        )])),
+        ..Default::default()
+    });
+    let v = Volume {
+        name: "sec".into(),
+        secret: Some(source("s")),
+        ..Default::default()
+    };
+    set_up(
+        &host,
+        SetUpRequest {
+            pod: &pod,
+            volume: &v,
+            pods_dir: tmp.path(),
+        },
+    )
+    .await
+    .expect("set up");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~secret/sec");
+    let opts = mount_options(&dir);
+    assert!(opts.contains("size=16384k"), "{opts}");
+}
+
+#[tokio::test]
+async fn a_failed_write_unmounts_and_removes_the_tmpfs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let _unmount = UnmountOnDrop(tmp.path().to_path_buf());
+    let host = FakeHost::default();
+    host.put_secret("s", &[("k", "v")]);
+    let src = SecretVolumeSource {
+        items: Some(vec![KeyToPath {
+            key: "k".into(),
+            path: "/abs".into(),
+            mode: None,
+        }]),
+        ..source("s")
+    };
+    let err = set_up_secret(&host, tmp.path(), src)
+        .await
+        .expect_err("invalid path");
+    assert_eq!(err.to_string(), "invalid path: must be relative path: /abs");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~secret/sec");
+    assert!(!dir.exists());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    assert!(
+        !info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|p| Path::new(p).starts_with(&root)),
+        "nothing left mounted"
     );
 }
