@@ -131,7 +131,7 @@ fn set_up_blocking(
                 if let Some(size) = size {
                     opts.push(format!("size={size}"));
                 }
-                if tmpfs_noswap_supported() {
+                if crate::mount::tmpfs_noswap_supported() {
                     opts.push("noswap".to_string());
                 }
                 mount_blocking("tmpfs", dir, "tmpfs", &opts.join(","))?;
@@ -204,20 +204,6 @@ pub(crate) fn remove_ready_blocking(dir: &Path, meta_name: &str) -> Result<()> {
         }
         _ => Ok(()),
     }
-}
-
-/// Whether tmpfs takes `noswap` (Linux 6.4 and later), as upstream's
-/// `IsTmpfsNoswapOptionSupported`.
-fn tmpfs_noswap_supported() -> bool {
-    let Ok(uts) = nix::sys::utsname::uname() else {
-        return false;
-    };
-    let release = uts.release().to_string_lossy().into_owned();
-    let mut parts = release
-        .split(['.', '-'])
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (6, 4)
 }
 
 /// Upstream `calculateEmptyDirMemorySize`: node allocatable memory, lowered

@@ -35,6 +35,11 @@ pub async fn mount_tmpfs(path: &Path, size_bytes: Option<u64>, mode: u32) -> Res
         if let Some(size) = size_bytes {
             data.push_str(&format!(",size={size}"));
         }
+        // Memory-backed volumes never go to swap (upstream adds `noswap`
+        // where the kernel knows it).
+        if tmpfs_noswap_supported() {
+            data.push_str(",noswap");
+        }
         nix::mount::mount(
             Some("tmpfs"),
             &path,
@@ -49,6 +54,20 @@ pub async fn mount_tmpfs(path: &Path, size_bytes: Option<u64>, mode: u32) -> Res
         })
     })
     .await
+}
+
+/// Whether tmpfs takes `noswap` (Linux 6.4 and later), as upstream's
+/// `IsTmpfsNoswapOptionSupported`.
+pub(crate) fn tmpfs_noswap_supported() -> bool {
+    let Ok(uts) = nix::sys::utsname::uname() else {
+        return false;
+    };
+    let release = uts.release().to_string_lossy().into_owned();
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 4)
 }
 
 /// Bind-mounts `source` on `target` (created if missing), read-only when
