@@ -25,6 +25,7 @@ pub mod pod_manager;
 mod pod_start;
 pub mod pod_sync;
 pub mod pod_workers;
+pub mod prober;
 pub mod runtime_state;
 pub mod status;
 pub mod sync_loop;

@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::pod_manager::PodManager;
 use crate::pod_start::{self, StartRecorder};
 use crate::pod_workers::{PodSyncer, SyncOutcome};
+use crate::prober::{NoProbes, ProbeManager};
 use crate::runtime_state::RuntimeState;
 use crate::status::{StatusManager, check_container_state_transition, generate_api_pod_status};
 use crate::volume_host::KubeletVolumeHost;
@@ -41,6 +42,7 @@ pub struct RuntimePodSyncer {
     created: Instant,
     start: Option<StartRecorder>,
     volumes: Option<(VolumeManager, Arc<KubeletVolumeHost>)>,
+    probes: Arc<dyn ProbeManager>,
 }
 
 impl RuntimePodSyncer {
@@ -64,7 +66,15 @@ impl RuntimePodSyncer {
             created: Instant::now(),
             start: None,
             volumes: None,
+            probes: Arc::new(NoProbes),
         }
+    }
+
+    /// Reads readiness and startup from the prober (upstream
+    /// `probeManager.UpdatePodStatus` in `generateAPIPodStatus`).
+    pub fn with_probes(mut self, probes: Arc<dyn ProbeManager>) -> Self {
+        self.probes = probes;
+        self
     }
 
     /// Waits for each pod's volumes before starting its containers, and
@@ -163,6 +173,7 @@ impl RuntimePodSyncer {
             &runtime_name,
             &self.host_ips,
             pod_is_terminal,
+            self.probes.as_ref(),
         );
         // The start time never changes, not even across a kubelet restart.
         if let Some(start) = self.previous_status(p).and_then(|s| s.start_time) {

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod pods;
+mod probes;
 mod server;
 mod spawn;
 mod volumes;
@@ -53,6 +54,11 @@ pub struct App {
     /// Node allocatable, for Memory emptyDirs and the downward API.
     allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// Liveness, readiness and startup results, shared by the prober, the
+    /// runtime manager, status generation and the sync loop.
+    probe_results: kubelet_runtime::ProbeResults,
+    /// The instrumented CRI runtime service (the prober's exec probes).
+    cri: Arc<dyn cri::RuntimeService>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -128,6 +134,8 @@ impl App {
             Arc::new(remote.clone()),
             metrics.clone(),
         ));
+        let probe_results = kubelet_runtime::ProbeResults::default();
+        let cri: Arc<dyn cri::RuntimeService> = instrumented.clone();
         let mut manager = KubeRuntimeManager::new(instrumented.clone(), instrumented, rcfg)
             .with_shutdown(stop.child_token())
             .with_metrics(metrics.clone());
@@ -175,6 +183,8 @@ impl App {
             http,
             metrics,
             allocatable,
+            probe_results,
+            cri,
         })
     }
 
@@ -197,6 +207,8 @@ impl App {
             metrics: self.metrics.clone(),
             client: self.cluster.as_ref().map(|c| c.client.clone()),
             allocatable: self.allocatable.clone(),
+            probe_results: self.probe_results.clone(),
+            cri: self.cri.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
 

@@ -122,6 +122,10 @@ pub(super) struct Pipeline<'a> {
     /// Node allocatable.
     pub allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// Probe results (see [`super::probes`]).
+    pub probe_results: kubelet_runtime::ProbeResults,
+    /// The CRI runtime service, for exec probes.
+    pub cri: Arc<dyn cri::RuntimeService>,
 }
 
 /// Handles to the running pipeline.
@@ -179,13 +183,20 @@ impl Pipeline<'_> {
             crate::kubelet_pods::helper::KubeletRuntimeHelper {
                 volumes: volumes.manager.clone(),
                 host: volumes.host.clone(),
-                recorder: event_recorder,
+                recorder: event_recorder.clone(),
                 services: volumes.services.clone(),
                 host_ips: self.host_ips.iter().map(ToString::to_string).collect(),
                 cluster_domain: cfg.cluster_domain.clone(),
                 node_hosts: "/etc/hosts".into(),
             },
         ));
+        let probes = super::probes::probe_manager(
+            &self.probe_results,
+            self.cri.clone(),
+            status.clone(),
+            event_recorder.clone(),
+            stop,
+        );
         let mut syncer = RuntimePodSyncer::new(
             self.manager.clone(),
             status.clone(),
@@ -195,7 +206,8 @@ impl Pipeline<'_> {
         .with_pod_manager(sources.pods.clone())
         .with_pod_cache(pleg.cache().clone())
         .with_metrics(self.metrics.clone())
-        .with_volume_manager(volumes.manager.clone(), volumes.host.clone());
+        .with_volume_manager(volumes.manager.clone(), volumes.host.clone())
+        .with_probes(probes.clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }
@@ -224,6 +236,8 @@ impl Pipeline<'_> {
             status: status.clone(),
             max_pods: cfg.max_pods,
             rejected: Default::default(),
+            probes,
+            probe_updates: crate::sync_loop::ProbeUpdates::subscribe(&self.probe_results),
         };
         let sync_loop = spawn_in(
             tasks,

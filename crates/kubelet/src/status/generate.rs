@@ -12,6 +12,9 @@ use kubelet_runtime::pod_status::{self as rt, ContainerState as RtState};
 use kubelet_types::PodPhase;
 use kubelet_types::pod::{self, RestartPolicy};
 
+use super::conditions::{self, is_restartable_init_container};
+use crate::prober::ProbeManager;
+
 /// Why a container waits, from the runtime manager (upstream `ReasonCache`).
 pub type Waiting<'a> = &'a dyn Fn(&str) -> Option<(&'static str, String)>;
 
@@ -77,7 +80,7 @@ fn container_status(
                 }),
                 ..Default::default()
             });
-            out.ready = true;
+            // Readiness and `started` are the prober's (`update_pod_status`).
             out.started = Some(true);
         }
         RtState::Exited => {
@@ -106,39 +109,72 @@ fn container_status(
     out
 }
 
-/// Upstream `getPhase` (1.27+): once the pod is terminal (stopped for good,
-/// e.g. deleted), all-terminated containers give `Succeeded` or `Failed`
-/// whatever the restart policy; static pods are exempt, as upstream.
+/// Upstream `getPhase` (1.29+, sidecars): once the pod is terminal (stopped
+/// for good, e.g. deleted), all-terminated containers give `Succeeded` or
+/// `Failed` whatever the restart policy; static pods are exempt, as upstream.
+/// Sidecars count as running app containers while they run, never as
+/// stopped ones, and hold the pod `Pending` until started unless an app
+/// container already ran (`has_initialized`).
 fn phase(
     p: &Pod,
     init: &[ContainerStatus],
     app: &[ContainerStatus],
     pod_is_terminal: bool,
+    has_initialized: bool,
 ) -> PodPhase {
     let policy = pod::restart_policy(p);
-    let (mut pending_init, mut failed_init) = (0, 0);
-    for s in init {
+    let (mut pending_init, mut failed_init, mut pending_sidecars) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let last_terminated = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code)
+    };
+    for c in pod::init_containers(p) {
+        let Some(s) = init.iter().find(|s| s.name == c.name) else {
+            if is_restartable_init_container(c) {
+                unknown += 1;
+            } else {
+                pending_init += 1;
+            }
+            continue;
+        };
         let st = s.state.as_ref();
-        if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
+        let is_running = st.and_then(|s| s.running.as_ref()).is_some();
+        let terminated = st.and_then(|s| s.terminated.as_ref());
+        let is_waiting = st.and_then(|s| s.waiting.as_ref()).is_some();
+        if is_restartable_init_container(c) {
+            if is_running {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if terminated.is_some() || (is_waiting && last_terminated(s).is_some()) {
+                // A stopped sidecar does not count towards the phase.
+            } else if is_waiting {
+                pending_sidecars += 1;
+                waiting += 1;
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+            continue;
+        }
+        if let Some(t) = terminated {
             if t.exit_code != 0 {
                 failed_init += 1;
             }
-        } else if st.and_then(|s| s.waiting.as_ref()).is_some() {
-            let last_failed = s
-                .last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0);
-            if last_failed {
-                failed_init += 1;
-            } else {
-                pending_init += 1;
+        } else if is_waiting {
+            match last_terminated(s) {
+                Some(code) if code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_init += 1,
             }
         } else {
             pending_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for s in app {
         let st = s.state.as_ref();
         if st.and_then(|s| s.running.as_ref()).is_some() {
@@ -149,11 +185,7 @@ fn phase(
                 succeeded += 1;
             }
         } else if st.and_then(|s| s.waiting.as_ref()).is_some() {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
+            if last_terminated(s).is_some() {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -165,7 +197,7 @@ fn phase(
     if failed_init > 0 && policy == RestartPolicy::Never {
         return PodPhase::Failed;
     }
-    if pending_init > 0 || failed_init > 0 || waiting > 0 {
+    if pending_init > 0 || (pending_sidecars > 0 && !has_initialized) || waiting > 0 {
         return PodPhase::Pending;
     }
     if running > 0 && unknown == 0 {
@@ -189,19 +221,18 @@ fn phase(
     PodPhase::Pending
 }
 
-fn condition(type_: &str, ok: bool, reason: Option<&str>, now: &Option<Time>) -> PodCondition {
+fn condition(type_: &str, ok: bool) -> PodCondition {
     PodCondition {
         type_: type_.to_string(),
         status: if ok { "True" } else { "False" }.to_string(),
-        reason: if ok { None } else { reason.map(String::from) },
-        last_transition_time: now.clone(),
         ..Default::default()
     }
 }
 
 /// The API status of `p` for runtime state `status`. `runtime` names the runtime
 /// for container IDs (`containerd://…`); `waiting` gives the reason of a container
-/// that failed to start; `pod_is_terminal` once the pod was stopped for good.
+/// that failed to start; `pod_is_terminal` once the pod was stopped for good;
+/// `probes` sets each container's `started` and `ready`.
 pub fn generate_api_pod_status(
     p: &Pod,
     status: &rt::PodStatus,
@@ -209,88 +240,63 @@ pub fn generate_api_pod_status(
     runtime: &str,
     host_ips: &[std::net::IpAddr],
     pod_is_terminal: bool,
+    probes: &dyn ProbeManager,
 ) -> PodStatus {
     let init: Vec<ContainerStatus> = pod::init_containers(p)
         .iter()
         .map(|c| container_status(c, status, waiting, runtime, "PodInitializing"))
         .collect();
-    let app: Vec<ContainerStatus> = pod::containers(p)
+    let regular_init_done = pod::init_containers(p)
         .iter()
-        .map(|c| {
-            let reason = if init.iter().all(|s| {
+        .filter(|c| !is_restartable_init_container(c))
+        .all(|c| {
+            init.iter().find(|s| s.name == c.name).is_some_and(|s| {
                 s.state
                     .as_ref()
                     .and_then(|s| s.terminated.as_ref())
                     .is_some_and(|t| t.exit_code == 0)
-            }) {
-                "ContainerCreating"
-            } else {
-                "PodInitializing"
-            };
-            container_status(c, status, waiting, runtime, reason)
-        })
-        .collect();
-    let phase = phase(p, &init, &app, pod_is_terminal);
-    let now = time(SystemTime::now());
-    let initialized = init.iter().all(|s| {
-        s.state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
-    });
-    let ready = !app.is_empty() && app.iter().all(|s| s.ready);
-    let terminal = phase.is_terminal();
-    let not_ready_reason = if terminal {
-        "PodCompleted"
+            })
+        });
+    let default_reason = if regular_init_done {
+        "ContainerCreating"
     } else {
-        "ContainersNotReady"
+        "PodInitializing"
     };
-    let conditions = vec![
-        condition(
-            "PodReadyToStartContainers",
-            status.has_ready_sandbox(),
-            None,
-            &now,
-        ),
-        condition(
-            "Initialized",
-            initialized || terminal,
-            Some("ContainersNotInitialized"),
-            &now,
-        ),
-        condition("Ready", ready, Some(not_ready_reason), &now),
-        condition("ContainersReady", ready, Some(not_ready_reason), &now),
-        condition("PodScheduled", true, None, &now),
+    let app: Vec<ContainerStatus> = pod::containers(p)
+        .iter()
+        .map(|c| container_status(c, status, waiting, runtime, default_reason))
+        .collect();
+    let mut s = PodStatus {
+        init_container_statuses: Some(init),
+        container_statuses: Some(app),
+        ..Default::default()
+    };
+    probes.update_pod_status(p, &mut s);
+    let init = s.init_container_statuses.take().unwrap_or_default();
+    let app = s.container_statuses.take().unwrap_or_default();
+    // Upstream `HasAnyActiveRegularContainerStarted`.
+    let has_initialized = pod::containers(p).iter().any(|c| {
+        status
+            .find_container(&c.name)
+            .is_some_and(|s| s.state == RtState::Running)
+    });
+    let phase = phase(p, &init, &app, pod_is_terminal, has_initialized);
+    let now = time(SystemTime::now());
+    let all: Vec<ContainerStatus> = init.iter().chain(app.iter()).cloned().collect();
+    let api_conditions = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mut conditions = vec![
+        condition("PodReadyToStartContainers", status.has_ready_sandbox()),
+        conditions::initialized(p, &all, phase),
+        conditions::pod_ready(p, &api_conditions, &all, phase),
+        conditions::containers_ready(p, &all, phase),
+        condition("PodScheduled", true),
     ];
-    let mut conditions = conditions;
-    // Upstream names the containers holding a condition back.
-    let unready: Vec<&str> = app
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let incomplete: Vec<&str> = init
-        .iter()
-        .filter(|s| {
-            s.state
-                .as_ref()
-                .and_then(|s| s.terminated.as_ref())
-                .is_none_or(|t| t.exit_code != 0)
-        })
-        .map(|s| s.name.as_str())
-        .collect();
-    for c in conditions.iter_mut().filter(|c| c.status == "False") {
-        c.message = match c.type_.as_str() {
-            "Ready" | "ContainersReady" if !terminal && !unready.is_empty() => Some(format!(
-                "containers with unready status: [{}]",
-                unready.join(" ")
-            )),
-            "Initialized" if !incomplete.is_empty() => Some(format!(
-                "containers with incomplete status: [{}]",
-                incomplete.join(" ")
-            )),
-            _ => None,
-        };
+    for c in &mut conditions {
+        c.last_transition_time.clone_from(&now);
     }
     let host: Vec<String> = host_ips.iter().map(ToString::to_string).collect();
     // Host-network pods have the node's addresses (upstream).
@@ -320,6 +326,25 @@ pub fn generate_api_pod_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn generate(
+        p: &Pod,
+        st: &rt::PodStatus,
+        waiting: Waiting<'_>,
+        runtime: &str,
+        host_ips: &[std::net::IpAddr],
+        terminal: bool,
+    ) -> PodStatus {
+        generate_api_pod_status(
+            p,
+            st,
+            waiting,
+            runtime,
+            host_ips,
+            terminal,
+            &crate::prober::NoProbes,
+        )
+    }
     use std::time::{Duration, UNIX_EPOCH};
 
     fn pod(policy: &str) -> Pod {
@@ -363,7 +388,7 @@ mod tests {
     #[test]
     fn running_pod() {
         let none = |_: &str| None;
-        let s = generate_api_pod_status(
+        let s = generate(
             &pod("Always"),
             &status(vec![inst(RtState::Running, 0, 0, 10)]),
             &none,
@@ -390,21 +415,21 @@ mod tests {
         let none = |_: &str| None;
         let node: std::net::IpAddr = "192.168.1.20".parse().expect("ip");
         let st = status(vec![inst(RtState::Running, 0, 0, 10)]);
-        let s = generate_api_pod_status(&pod("Always"), &st, &none, "containerd", &[node], false);
+        let s = generate(&pod("Always"), &st, &none, "containerd", &[node], false);
         assert_eq!(s.host_ip.as_deref(), Some("192.168.1.20"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
         let mut hn = pod("Always");
         if let Some(spec) = hn.spec.as_mut() {
             spec.host_network = Some(true);
         }
-        let s = generate_api_pod_status(&hn, &st, &none, "containerd", &[node], false);
+        let s = generate(&hn, &st, &none, "containerd", &[node], false);
         assert_eq!(s.pod_ip.as_deref(), Some("192.168.1.20"));
     }
 
     #[test]
     fn crash_loop_shows_waiting_with_last_state() {
         let w = |_: &str| Some(("CrashLoopBackOff", "back-off 10s".to_string()));
-        let s = generate_api_pod_status(
+        let s = generate(
             &pod("Always"),
             &status(vec![
                 inst(RtState::Exited, 1, 1, 20),
@@ -443,7 +468,7 @@ mod tests {
             ("OnFailure", 0, "Succeeded"),
             ("Always", 0, "Running"),
         ] {
-            let s = generate_api_pod_status(
+            let s = generate(
                 &pod(policy),
                 &status(vec![inst(RtState::Exited, exit, 0, 10)]),
                 &none,
@@ -454,7 +479,7 @@ mod tests {
             assert_eq!(s.phase.as_deref(), Some(want), "{policy} {exit}");
         }
         let w = |_: &str| Some(("ErrImagePull", "not found".to_string()));
-        let s = generate_api_pod_status(
+        let s = generate(
             &pod("Always"),
             &status(vec![]),
             &w,
@@ -488,8 +513,8 @@ mod tests {
         ] {
             let st = status(vec![inst(RtState::Exited, exit, 0, 10)]);
             let p = pod(policy);
-            let running = generate_api_pod_status(&p, &st, &none, "containerd", &[], false);
-            let terminal = generate_api_pod_status(&p, &st, &none, "containerd", &[], true);
+            let running = generate(&p, &st, &none, "containerd", &[], false);
+            let terminal = generate(&p, &st, &none, "containerd", &[], true);
             assert_eq!(terminal.phase.as_deref(), Some(want), "{policy} {exit}");
             if policy == "Always" {
                 assert_eq!(running.phase.as_deref(), Some("Running"), "restarting");
@@ -502,7 +527,7 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert(kubelet_types::labels::CONFIG_SOURCE.into(), "file".into());
         let st = status(vec![inst(RtState::Exited, 0, 0, 10)]);
-        let s = generate_api_pod_status(&static_pod, &st, &none, "containerd", &[], true);
+        let s = generate(&static_pod, &st, &none, "containerd", &[], true);
         assert_eq!(
             s.phase.as_deref(),
             Some("Running"),

@@ -4,10 +4,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubelet_types::PodPhase;
 use kubelet_types::pod::RestartPolicy;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
+
+use super::conditions;
 
 /// Latest generated status per pod UID.
 #[derive(Default)]
@@ -86,6 +92,97 @@ impl StatusManager {
         self.dirty.lock().insert(uid.to_string());
         self.notify.notify_one();
         true
+    }
+
+    /// A readiness probe result changed (upstream `SetContainerReadiness`):
+    /// the container's `ready`, then the pod's `Ready` and `ContainersReady`
+    /// conditions, without waiting for the pod's next sync. `container_id` is
+    /// the runtime's bare ID. Returns true when the status changed.
+    pub fn set_container_readiness(&self, p: &Pod, container_id: &str, ready: bool) -> bool {
+        self.update_container(p, container_id, |s| {
+            if s.ready == ready {
+                return false;
+            }
+            s.ready = ready;
+            true
+        })
+    }
+
+    /// A startup probe result changed (upstream `SetContainerStartup`).
+    pub fn set_container_startup(&self, p: &Pod, container_id: &str, started: bool) -> bool {
+        self.update_container(p, container_id, |s| {
+            if s.started == Some(started) {
+                return false;
+            }
+            s.started = Some(started);
+            true
+        })
+    }
+
+    fn update_container(
+        &self,
+        p: &Pod,
+        container_id: &str,
+        change: impl FnOnce(&mut ContainerStatus) -> bool,
+    ) -> bool {
+        let uid = kubelet_types::pod::uid(p);
+        let Some(mut status) = self.get_pod_status(uid) else {
+            return false;
+        };
+        let matches = |s: &&mut ContainerStatus| {
+            s.container_id
+                .as_deref()
+                .is_some_and(|id| id.rsplit("://").next() == Some(container_id))
+        };
+        let found = status
+            .container_statuses
+            .iter_mut()
+            .flatten()
+            .chain(status.init_container_statuses.iter_mut().flatten())
+            .find(matches);
+        let Some(container) = found else { return false };
+        if !change(container) {
+            return false;
+        }
+        let phase = status
+            .phase
+            .as_deref()
+            .and_then(|ph| ph.parse::<PodPhase>().ok())
+            .unwrap_or(PodPhase::Pending);
+        let all: Vec<ContainerStatus> = status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+            .cloned()
+            .collect();
+        let api_conditions = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let regenerated = [
+            conditions::pod_ready(p, &api_conditions, &all, phase),
+            conditions::containers_ready(p, &all, phase),
+            conditions::initialized(p, &all, phase),
+        ];
+        let now = jiff::Timestamp::now();
+        for new in regenerated {
+            let list = status.conditions.get_or_insert_with(Vec::new);
+            match list.iter_mut().find(|c| c.type_ == new.type_) {
+                Some(old) => {
+                    let moved = old.status != new.status;
+                    let time = old.last_transition_time.clone();
+                    *old = new;
+                    old.last_transition_time = if moved { Some(Time(now)) } else { time };
+                }
+                None => list.push(PodCondition {
+                    last_transition_time: Some(Time(now)),
+                    ..new
+                }),
+            }
+        }
+        self.set_pod_status(uid, status)
     }
 
     /// Records that the pod's containers were stopped for good (upstream

@@ -3,6 +3,7 @@
 //! latest per pod (the cache of upstream `pkg/kubelet/status/status_manager.go`),
 //! and in cluster mode patching it to the apiserver ([`sync`]).
 
+pub mod conditions;
 mod generate;
 mod manager;
 pub mod sync;

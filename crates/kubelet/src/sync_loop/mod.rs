@@ -1,5 +1,5 @@
 //! The sync loop (upstream `kubelet.go` `syncLoop` / `syncLoopIteration`): one
-//! `select!` over pod config updates, PLEG events, a 1s tick that dispatches
+//! `select!` over pod config updates, PLEG events, probe results, a 1s tick that dispatches
 //! pods due on the work queue, and housekeeping every 2s that stops and
 //! removes pods no source wants (only once every source has reported).
 //!
@@ -23,8 +23,10 @@ use tracing::{debug, info};
 use crate::lifecycle::{admit, rejected_status};
 use crate::pod_manager::Manager;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
+use crate::prober::ProbeManager;
 use crate::status::StatusManager;
 use kubelet_podconfig::SourcesReady;
+use kubelet_runtime::prober_results::{ProbeResult, ProbeResults, Update};
 
 /// Upstream sync tick.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -103,6 +105,36 @@ pub struct SyncLoop {
     pub max_pods: u32,
     /// Pods refused at admission; never run.
     pub rejected: HashSet<String>,
+    /// The prober: workers start for admitted pods and stop with them.
+    pub probes: Arc<dyn ProbeManager>,
+    /// Changed probe results.
+    pub probe_updates: ProbeUpdates,
+}
+
+/// The streams of changed probe results (upstream `livenessManager.Updates()`,
+/// `readinessManager.Updates()`, `startupManager.Updates()`).
+pub struct ProbeUpdates {
+    liveness: mpsc::UnboundedReceiver<Update>,
+    readiness: mpsc::UnboundedReceiver<Update>,
+    startup: mpsc::UnboundedReceiver<Update>,
+}
+
+impl ProbeUpdates {
+    /// Subscribes to the three result managers (the loop is their one consumer).
+    pub fn subscribe(results: &ProbeResults) -> Self {
+        Self {
+            liveness: results.liveness.updates(),
+            readiness: results.readiness.updates(),
+            startup: results.startup.updates(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ProbeKind {
+    Liveness,
+    Readiness,
+    Startup,
 }
 
 fn orphan_stub(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
@@ -164,8 +196,11 @@ impl SyncLoop {
                     }
                     self.desired.add_pod(p.clone());
                     let kind = if p.metadata.deletion_timestamp.is_some() {
+                        self.probes.stop_liveness_and_startup(&p);
                         WorkKind::Kill { remove: false }
                     } else {
+                        // Idempotent: an UPDATE of a pod first seen after a restart also gets its workers.
+                        self.probes.add_pod(&p);
                         WorkKind::Sync
                     };
                     self.dispatch(kind, p);
@@ -178,6 +213,7 @@ impl SyncLoop {
                         continue;
                     }
                     self.desired.add_pod(p.clone());
+                    self.probes.stop_liveness_and_startup(&p);
                     self.dispatch(WorkKind::Kill { remove: false }, p);
                 }
             }
@@ -185,6 +221,7 @@ impl SyncLoop {
                 for p in u.pods {
                     info!(pod = %pod::describe(&p), "SyncLoop REMOVE");
                     self.desired.remove_pod(pod::uid(&p));
+                    self.probes.remove_pod(&p);
                     if self.rejected.remove(pod::uid(&p)) {
                         self.status.remove(pod::uid(&p));
                         continue;
@@ -214,6 +251,31 @@ impl SyncLoop {
         }
     }
 
+    /// Upstream `handleProbeSync`: readiness and startup changes go to the
+    /// status at once; any change (a liveness one only when failed) syncs the pod.
+    fn handle_probe(&self, kind: ProbeKind, u: Update) {
+        let Some(p) = self.desired.get_pod_by_uid(&u.pod_uid) else {
+            return;
+        };
+        let ok = u.result == ProbeResult::Success;
+        match kind {
+            ProbeKind::Liveness if u.result != ProbeResult::Failure => return,
+            ProbeKind::Liveness => {}
+            ProbeKind::Readiness => {
+                self.status.set_container_readiness(&p, &u.container_id, ok);
+            }
+            ProbeKind::Startup => {
+                self.status.set_container_startup(&p, &u.container_id, ok);
+            }
+        }
+        if self.rejected.contains(&u.pod_uid) || p.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        debug!(pod = %pod::describe(&p), probe = ?kind, result = u.result.as_str(),
+            container.id = %u.container_id, "SyncLoop (probe)");
+        self.dispatch(WorkKind::Sync, p);
+    }
+
     fn handle_tick(&self) {
         for uid in self.queue.take_due() {
             if self.rejected.contains(&uid) {
@@ -236,6 +298,12 @@ impl SyncLoop {
             return;
         }
         let desired = self.desired.snapshot();
+        let possibly_running: HashSet<String> = desired
+            .keys()
+            .filter(|uid| !self.rejected.contains(*uid))
+            .cloned()
+            .collect();
+        self.probes.cleanup_pods(&possibly_running);
         // A pod removed and re-added with the same UID (an identical manifest put back)
         // may have had its sync dropped behind the pending kill: sync it again.
         for (uid, p) in &desired {
@@ -288,6 +356,9 @@ impl SyncLoop {
                     None => return,
                 },
                 ev = self.pleg_events.recv() => if let Some(ev) = ev { self.handle_pleg(&ev) },
+                Some(u) = self.probe_updates.liveness.recv() => self.handle_probe(ProbeKind::Liveness, u),
+                Some(u) = self.probe_updates.readiness.recv() => self.handle_probe(ProbeKind::Readiness, u),
+                Some(u) = self.probe_updates.startup.recv() => self.handle_probe(ProbeKind::Startup, u),
                 _ = tick.tick() => self.handle_tick(),
                 _ = hk.tick() => self.housekeeping().await,
             }

@@ -70,7 +70,39 @@ impl PodWorkers for FakeWorkers {
     }
 }
 
+/// Records what the loop asks of the prober.
+#[derive(Default)]
+struct FakeProbes {
+    calls: Mutex<Vec<(&'static str, String)>>,
+}
+
+impl FakeProbes {
+    fn take(&self) -> Vec<(&'static str, String)> {
+        std::mem::take(&mut *self.calls.lock())
+    }
+}
+
+impl ProbeManager for FakeProbes {
+    fn add_pod(&self, p: &Pod) {
+        self.calls.lock().push(("add", pod::uid(p).to_string()));
+    }
+    fn stop_liveness_and_startup(&self, p: &Pod) {
+        self.calls.lock().push(("stop", pod::uid(p).to_string()));
+    }
+    fn remove_pod(&self, p: &Pod) {
+        self.calls.lock().push(("remove", pod::uid(p).to_string()));
+    }
+    fn cleanup_pods(&self, desired: &HashSet<String>) {
+        let mut d: Vec<_> = desired.iter().cloned().collect();
+        d.sort();
+        self.calls.lock().push(("cleanup", d.join(",")));
+    }
+    fn update_pod_status(&self, _: &Pod, _: &mut k8s_openapi::api::core::v1::PodStatus) {}
+}
+
 struct Harness {
+    probes: Arc<FakeProbes>,
+    results: ProbeResults,
     config: mpsc::Sender<PodUpdate>,
     pleg_events: mpsc::Sender<PodLifecycleEvent>,
     pleg: Arc<FakePleg>,
@@ -91,6 +123,8 @@ fn start_with(max_pods: u32) -> Harness {
     let (config, config_rx) = mpsc::channel(16);
     let (pleg_events, pleg_rx) = mpsc::channel(16);
     let h = Harness {
+        probes: Arc::default(),
+        results: ProbeResults::default(),
         config,
         pleg_events,
         pleg: Arc::default(),
@@ -115,6 +149,8 @@ fn start_with(max_pods: u32) -> Harness {
         status: status.clone(),
         max_pods,
         rejected: HashSet::new(),
+        probes: h.probes.clone(),
+        probe_updates: ProbeUpdates::subscribe(&h.results),
     };
     tokio::spawn(sync_loop.run(h.stop.clone()));
     h
@@ -360,5 +396,96 @@ async fn housekeeping_resyncs_a_removed_pod_that_came_back() {
     h.workers.removed.lock().insert(uid.clone());
     tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
     assert_eq!(h.workers.take(), vec![(uid, WorkKind::Sync)]);
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn probe_workers_follow_the_pod_and_results_sync_it_at_once() {
+    let h = start();
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    assert_eq!(h.probes.take(), vec![("add", uid.clone())]);
+    h.workers.take();
+
+    // A status with the container, as the pod's first sync would leave it.
+    let status: k8s_openapi::api::core::v1::PodStatus = serde_json::from_value(serde_json::json!({
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False"}, {"type": "ContainersReady", "status": "False"}],
+        "containerStatuses": [{"name": pod::containers(&p)[0].name, "image": "busybox", "imageID": "",
+            "ready": false, "restartCount": 0, "started": true,
+            "containerID": "containerd://cid-1", "state": {"running": {}}}]
+    }))
+    .expect("status");
+    h.status.set_pod_status(&uid, status);
+
+    // Readiness: the status flips at once and the pod is synced, no tick needed.
+    h.results.readiness.set("cid-1", ProbeResult::Success, &uid);
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(uid.clone(), WorkKind::Sync)]);
+    let s = h.status.get_pod_status(&uid).expect("status");
+    let cs = &s.container_statuses.as_ref().expect("containers")[0];
+    assert!(cs.ready, "readiness reached the container status");
+    let ready = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.status, "True", "and the Ready condition");
+
+    // Liveness: only a failure syncs the pod.
+    h.results.liveness.set("cid-1", ProbeResult::Success, &uid);
+    settle().await;
+    assert!(
+        h.workers.take().is_empty(),
+        "a liveness success is not news"
+    );
+    h.results.liveness.set("cid-1", ProbeResult::Failure, &uid);
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(uid.clone(), WorkKind::Sync)]);
+
+    // Results for pods the kubelet does not know are dropped.
+    h.results
+        .startup
+        .set("cid-x", ProbeResult::Success, "nobody");
+    settle().await;
+    assert!(h.workers.take().is_empty());
+
+    let mut deleted = p.clone();
+    deleted.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+    );
+    h.config
+        .send(update(PodOperation::Delete, &deleted))
+        .await
+        .ok();
+    settle().await;
+    assert_eq!(h.probes.take(), vec![("stop", uid.clone())]);
+    h.config.send(update(PodOperation::Remove, &p)).await.ok();
+    settle().await;
+    assert_eq!(h.probes.take(), vec![("remove", uid.clone())]);
+    h.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn housekeeping_stops_probe_workers_of_pods_nobody_wants() {
+    let h = start();
+    let p = pods::simple("web", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    h.ready.mark(Source::File);
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    tokio::time::sleep(HOUSEKEEPING_PERIOD * 2).await;
+    let cleanups: Vec<_> = h
+        .probes
+        .take()
+        .into_iter()
+        .filter(|(k, _)| *k == "cleanup")
+        .collect();
+    assert!(
+        cleanups.iter().all(|(_, d)| *d == uid) && !cleanups.is_empty(),
+        "cleanup keeps exactly the desired pods: {cleanups:?}"
+    );
     h.stop.cancel();
 }
