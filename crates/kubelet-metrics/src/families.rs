@@ -200,13 +200,13 @@ struct RestClientLatencyLabels {
     host: String,
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+pub(crate) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-fn hf<L: Clone + std::hash::Hash + Eq>(f: fn() -> Histogram) -> HistogramFamily<L> {
+pub(crate) fn hf<L: Clone + std::hash::Hash + Eq>(f: fn() -> Histogram) -> HistogramFamily<L> {
     Family::new_with_constructor(f)
 }
 
-fn def_histogram() -> Histogram {
+pub(crate) fn def_histogram() -> Histogram {
     Histogram::new(DEF_BUCKETS)
 }
 fn runtime_op_histogram() -> Histogram {
@@ -252,6 +252,7 @@ pub struct KubeletMetrics {
     http_inflight: Family<HttpLabels, Gauge>,
     rest_client_requests: Family<RestClientLabels, Counter>,
     rest_client_duration: HistogramFamily<RestClientLatencyLabels>,
+    prober: crate::ProberMetrics,
 }
 
 impl std::fmt::Debug for KubeletMetrics {
@@ -266,15 +267,20 @@ impl Default for KubeletMetrics {
     }
 }
 
-struct Builder {
-    registry: Registry,
-    descriptors: HashMap<String, Descriptor>,
+pub(crate) struct Builder {
+    pub(crate) registry: Registry,
+    pub(crate) descriptors: HashMap<String, Descriptor>,
 }
 
 impl Builder {
     /// Registers an ALPHA component-base metric: upstream's help carries the
     /// `[ALPHA] ` prefix component-base adds.
-    fn add<M: Metric + Clone>(&mut self, name: &'static str, help: &'static str, m: &M) -> M {
+    pub(crate) fn add<M: Metric + Clone>(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        m: &M,
+    ) -> M {
         self.register(name, format!("[ALPHA] {help}"), m)
     }
 
@@ -452,7 +458,13 @@ impl KubeletMetrics {
             http_inflight,
             rest_client_requests,
             rest_client_duration,
+            prober: crate::ProberMetrics::default(),
         }
+    }
+
+    /// The prober's families, served on their own at `/metrics/probes`.
+    pub fn prober(&self) -> &crate::ProberMetrics {
+        &self.prober
     }
 
     pub(crate) fn registry(&self) -> &Registry {

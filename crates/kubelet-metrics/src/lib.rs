@@ -10,6 +10,7 @@
 
 mod families;
 pub mod parse;
+pub mod prober;
 mod render;
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ pub use families::{
     HttpLabels, KubeletMetrics, RestClientLabels, StartPhase, container_type, image_size_bucket,
     pod_worker_operation,
 };
+pub use prober::{ProbeLabels, ProberMetrics};
 pub use render::CONTENT_TYPE;
 
 /// Seconds in `d`, as Prometheus observes them.

@@ -31,8 +31,19 @@ pub(crate) struct Descriptor {
 impl KubeletMetrics {
     /// Every family in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        render_registry(self.registry(), |r| self.descriptor(r))
+    }
+}
+
+/// A registry in the Prometheus text format 0.0.4, each family under the
+/// upstream name and help `descriptor` gives for its registered name.
+pub(crate) fn render_registry<'a>(
+    registry: &prometheus_client::registry::Registry,
+    descriptor: impl Fn(&str) -> Option<&'a Descriptor>,
+) -> String {
+    {
         let mut om = String::new();
-        if let Err(e) = encode_registry(&mut om, self.registry()) {
+        if let Err(e) = encode_registry(&mut om, registry) {
             // Writing into a String only fails if a metric's encoder does; keep what was written.
             tracing::warn!(error = %e, "Encoding metrics failed");
         }
@@ -43,7 +54,7 @@ impl KubeletMetrics {
         for line in om.lines() {
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let registered = rest.split(' ').next().unwrap_or_default();
-                match self.descriptor(registered) {
+                match descriptor(registered) {
                     Some(d) => {
                         current = Some((registered, d.name));
                         let _ = writeln!(out, "# HELP {} {}", d.name, d.help);

@@ -83,10 +83,12 @@ impl ServerType {
     }
 }
 
-/// `/metrics`: every kubelet family in the Prometheus text format.
+/// `/metrics`: every kubelet family in the Prometheus text format;
+/// `/metrics/probes`: the prober's.
 pub fn routes(metrics: Arc<KubeletMetrics>) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
+        .route("/metrics/probes", get(serve_probe_metrics))
         .with_state(metrics)
 }
 
@@ -95,6 +97,14 @@ async fn serve_metrics(State(metrics): State<Arc<KubeletMetrics>>) -> Response {
     (
         [(CONTENT_TYPE, kubelet_metrics::CONTENT_TYPE)],
         metrics.render(),
+    )
+        .into_response()
+}
+
+async fn serve_probe_metrics(State(metrics): State<Arc<KubeletMetrics>>) -> Response {
+    (
+        [(CONTENT_TYPE, kubelet_metrics::CONTENT_TYPE)],
+        metrics.prober().render(),
     )
         .into_response()
 }
