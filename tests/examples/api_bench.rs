@@ -10,6 +10,15 @@
 //! `kube-root-ca.crt`, the namespace), a ConfigMap and an emptyDir; after the
 //! start it updates the ConfigMap and prints a third number, the
 //! milliseconds until the new value is in every pod's mounted file.
+//!
+//! With `API_BENCH_PROBES=1` every pod has a 1-second exec readiness probe
+//! and a 1-second HTTP liveness probe (see `api_bench_probes.rs`); once all
+//! are Ready it samples the kubelet for `API_BENCH_WINDOW` seconds (default
+//! 60) and prints, after the two numbers: kubelet CPU (cores), RSS (KiB),
+//! then readiness probes run, p50 ms, p99 ms, and the same for liveness.
+
+#[path = "api_bench_probes.rs"]
+mod probes;
 
 use std::time::Duration;
 
@@ -47,6 +56,14 @@ async fn main() -> anyhow::Result<()> {
     let admin_conf = work.path().join("admin.conf");
     api.write_admin_kubeconfig(&admin_conf)?;
     let node = format!("apibench-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let with_probes = std::env::var("API_BENCH_PROBES").is_ok_and(|v| v == "1");
+    let read_only_port = if with_probes {
+        std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port()
+    } else {
+        0
+    };
     let log = std::fs::File::create(work.path().join("kubelet.log"))?;
     let mut kubelet = tokio::process::Command::new(&bin)
         .arg(format!(
@@ -58,7 +75,8 @@ async fn main() -> anyhow::Result<()> {
         .arg(format!("--root-dir={}", work.path().join("root").display()))
         .arg(format!("--hostname-override={node}"))
         .arg("--healthz-port=0")
-        .args(["--address=127.0.0.1", "--read-only-port=0"])
+        .arg("--address=127.0.0.1")
+        .arg(format!("--read-only-port={read_only_port}"))
         .args(extra)
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -94,6 +112,9 @@ async fn main() -> anyhow::Result<()> {
     let creates = names.iter().map(|name| {
         let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 2,
             "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]});
+        if with_probes {
+            spec["containers"][0] = probes::container(IMAGE);
+        }
         if volumes {
             spec["containers"][0]["volumeMounts"] = json!([
                 {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
@@ -134,7 +155,26 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/"))
         .count();
-    if volumes {
+    if with_probes {
+        let window = std::env::var("API_BENCH_WINDOW")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(60);
+        let pid = kubelet.id().context("kubelet pid")?;
+        let before = probes::scrape(read_only_port).await?;
+        let (cpu, rss) = probes::sample(pid, Duration::from_secs(window)).await?;
+        let after = probes::scrape(read_only_port).await?;
+        // Probes run in the window, and the latency quantiles since the start.
+        let (r0, _, _) = probes::quantiles(&before, "Readiness");
+        let (l0, _, _) = probes::quantiles(&before, "Liveness");
+        let (rn, r50, r99) = probes::quantiles(&after, "Readiness");
+        let (ln, l50, l99) = probes::quantiles(&after, "Liveness");
+        println!(
+            "{ms} {patches} {cpu:.3} {rss} {} {r50:.1} {r99:.1} {} {l50:.1} {l99:.1}",
+            rn - r0,
+            ln - l0
+        );
+    } else if volumes {
         let files: Vec<std::path::PathBuf> = names
             .iter()
             .filter_map(|name| api.get("pods", "default", name))
