@@ -246,18 +246,9 @@ pub fn generate_api_pod_status(
         .iter()
         .map(|c| container_status(c, status, waiting, runtime, "PodInitializing"))
         .collect();
-    let regular_init_done = pod::init_containers(p)
-        .iter()
-        .filter(|c| !is_restartable_init_container(c))
-        .all(|c| {
-            init.iter().find(|s| s.name == c.name).is_some_and(|s| {
-                s.state
-                    .as_ref()
-                    .and_then(|s| s.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
-            })
-        });
-    let default_reason = if regular_init_done {
+    // Upstream `convertToAPIContainerStatuses`: app containers not created
+    // yet wait with `PodInitializing` in any pod that has init containers.
+    let default_reason = if pod::init_containers(p).is_empty() {
         "ContainerCreating"
     } else {
         "PodInitializing"

@@ -6,6 +6,8 @@
 pub mod conditions;
 mod generate;
 mod manager;
+#[cfg(test)]
+mod sidecar_tests;
 pub mod sync;
 
 pub use generate::{Waiting, generate_api_pod_status};
