@@ -18,7 +18,7 @@ mod prober;
 pub mod testing;
 mod worker;
 
-// pub use manager::{Manager, StatusProvider};
+pub use manager::{Manager, StatusProvider};
 pub use probe::{ProbeError, ProbeOutcome};
 
 /// The kind of probe a worker runs (upstream `probeType`).

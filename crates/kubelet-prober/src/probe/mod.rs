@@ -74,6 +74,17 @@ pub enum ProbeError {
     },
 }
 
+impl ProbeError {
+    /// The probe result upstream reports with this error (`probe.Failure`
+    /// for a body read error, `probe.Unknown` otherwise).
+    pub fn outcome(&self) -> ProbeOutcome {
+        match self {
+            ProbeError::Body(_) => ProbeOutcome::Failure,
+            _ => ProbeOutcome::Unknown,
+        }
+    }
+}
+
 /// Resolves a probe's port against the container (upstream
 /// `probe.ResolveContainerPort`): a number, or the name of one of the
 /// container's ports, or a number written as a string.
