@@ -14,6 +14,8 @@ pub mod grpc_health;
 mod manager;
 pub mod probe;
 mod prober;
+#[cfg(test)]
+mod test_support;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod worker;
