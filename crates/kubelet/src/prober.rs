@@ -68,3 +68,30 @@ impl ProbeManager for NoProbes {
         }
     }
 }
+
+impl ProbeManager for kubelet_prober::Manager {
+    fn add_pod(&self, pod: &Pod) {
+        kubelet_prober::Manager::add_pod(self, pod);
+    }
+    fn stop_liveness_and_startup(&self, pod: &Pod) {
+        kubelet_prober::Manager::stop_liveness_and_startup(self, pod);
+    }
+    fn remove_pod(&self, pod: &Pod) {
+        kubelet_prober::Manager::remove_pod(self, pod);
+    }
+    fn cleanup_pods(&self, desired: &HashSet<String>) {
+        kubelet_prober::Manager::cleanup_pods(self, desired);
+    }
+    fn update_pod_status(&self, pod: &Pod, status: &mut PodStatus) {
+        kubelet_prober::Manager::update_pod_status(self, pod, status);
+    }
+}
+
+/// Probe workers read the pod's latest generated status (container IDs,
+/// start times, the pod IP) from the status cache, as upstream's
+/// `statusManager.GetPodStatus`.
+impl kubelet_prober::StatusProvider for crate::status::StatusManager {
+    fn get_pod_status(&self, uid: &str) -> Option<PodStatus> {
+        crate::status::StatusManager::get_pod_status(self, uid)
+    }
+}

@@ -1,6 +1,6 @@
-//! Building the prober (upstream `NewKubelet`'s `prober.NewManager`): the
-//! kubelet's [`ProbeManager`], fed by the pod status cache and writing the
-//! shared [`ProbeResults`].
+//! Building the prober (upstream `NewKubelet`'s `prober.NewManager`): one
+//! worker per container and probe, reading the pod status cache, probing
+//! through the CRI runtime service and writing the shared [`ProbeResults`].
 
 use std::sync::Arc;
 
@@ -8,16 +8,22 @@ use kubelet_runtime::ProbeResults;
 use kubelet_types::events::Recorder;
 use tokio_util::sync::CancellationToken;
 
-use crate::prober::{NoProbes, ProbeManager};
+use crate::prober::ProbeManager;
 use crate::status::StatusManager;
 
-/// The prober for this kubelet.
+/// The prober for this kubelet; its workers stop with `stop`.
 pub(super) fn probe_manager(
-    _results: &ProbeResults,
-    _cri: Arc<dyn cri::RuntimeService>,
-    _status: Arc<StatusManager>,
-    _recorder: Arc<dyn Recorder>,
-    _stop: &CancellationToken,
+    results: &ProbeResults,
+    cri: Arc<dyn cri::RuntimeService>,
+    status: Arc<StatusManager>,
+    recorder: Arc<dyn Recorder>,
+    stop: &CancellationToken,
 ) -> Arc<dyn ProbeManager> {
-    Arc::new(NoProbes)
+    Arc::new(kubelet_prober::Manager::new(
+        results.clone(),
+        cri,
+        status,
+        recorder,
+        stop.child_token(),
+    ))
 }
