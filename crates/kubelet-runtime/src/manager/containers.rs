@@ -253,7 +253,7 @@ impl KubeRuntimeManager {
             name: &c.name,
             message: "FailedPostStartHook".into(),
             reason: KillReason::FailedPostStartHook,
-            fallback_grace: pod::grace_period(p),
+            grace: None,
             grace_override: None,
         };
         if let Err(e) = self.kill_container(kill, &status, None).await {

@@ -124,8 +124,9 @@ pub(super) struct Kill<'a> {
     pub message: String,
     /// Why, for the grace period.
     pub reason: KillReason,
-    /// The grace period when the pod is not known.
-    pub fallback_grace: Duration,
+    /// The grace period to start from; `None` takes it from the pod
+    /// ([`termination_grace_period`]), or 2 s without one.
+    pub grace: Option<Duration>,
     /// A grace period that wins over every other (upstream `gracePeriodOverride`).
     pub grace_override: Option<Duration>,
 }
@@ -149,10 +150,10 @@ impl KubeRuntimeManager {
         ordering: Option<&TerminationOrdering>,
     ) -> Result<()> {
         let spec = k.pod.and_then(|p| container_spec(p, k.name));
-        let mut grace = match k.pod {
-            Some(p) => termination_grace_period(p, spec, k.reason),
-            None => k.fallback_grace,
-        };
+        let mut grace = k
+            .grace
+            .or_else(|| k.pod.map(|p| termination_grace_period(p, spec, k.reason)))
+            .unwrap_or(MIN_GRACE_PERIOD);
         let message = if k.message.is_empty() {
             format!("Stopping container {}", k.name)
         } else {
@@ -212,7 +213,7 @@ impl KubeRuntimeManager {
         &self,
         p: Option<&Pod>,
         status: &PodStatus,
-        grace: Duration,
+        grace: Option<Duration>,
         grace_override: Option<Duration>,
     ) -> Result<()> {
         let live: Vec<_> = status.live_containers().collect();
@@ -228,7 +229,7 @@ impl KubeRuntimeManager {
                     name: &c.name,
                     message: String::new(),
                     reason: KillReason::Unknown,
-                    fallback_grace: grace,
+                    grace,
                     grace_override,
                 },
                 status,

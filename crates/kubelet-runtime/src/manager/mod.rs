@@ -387,7 +387,7 @@ impl KubeRuntimeManager {
                         name: &k.name,
                         message: k.message.clone(),
                         reason: k.reason,
-                        fallback_grace: pod::grace_period(p),
+                        grace: None,
                         grace_override: None,
                     },
                     status,
@@ -476,9 +476,8 @@ impl KubeRuntimeManager {
     /// releases the network of a sandbox whose pause process died).
     ///
     /// When this manager synced the pod before, its last spec gives each
-    /// container's preStop hook and grace period (the time the hook took is
-    /// subtracted) and sidecars stop after the app containers; `grace` is
-    /// used only for containers of pods it never synced.
+    /// container's preStop hook (run within `grace`, and the time it took
+    /// subtracted from it) and sidecars stop after the app containers.
     pub async fn kill_pod(
         &self,
         status: &PodStatus,
@@ -486,7 +485,7 @@ impl KubeRuntimeManager {
         all_sandboxes: bool,
     ) -> Result<()> {
         let spec = self.specs.lock().get(&status.uid).cloned();
-        self.kill_pod_inner(spec.as_deref(), status, grace, None, all_sandboxes)
+        self.kill_pod_inner(spec.as_deref(), status, Some(grace), None, all_sandboxes)
             .await
     }
 
@@ -506,8 +505,7 @@ impl KubeRuntimeManager {
             None => self.specs.lock().get(&status.uid).cloned(),
         };
         let p = p.or(remembered.as_deref());
-        let grace = p.map_or(pod::MIN_GRACE_PERIOD, pod::grace_period);
-        self.kill_pod_inner(p, status, grace, grace_override, all_sandboxes)
+        self.kill_pod_inner(p, status, None, grace_override, all_sandboxes)
             .await
     }
 
@@ -515,7 +513,7 @@ impl KubeRuntimeManager {
         &self,
         p: Option<&Pod>,
         status: &PodStatus,
-        grace: Duration,
+        grace: Option<Duration>,
         grace_override: Option<Duration>,
         all_sandboxes: bool,
     ) -> Result<()> {

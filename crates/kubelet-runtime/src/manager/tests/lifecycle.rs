@@ -349,3 +349,23 @@ fn a_failed_startup_probe_on_a_never_pod_kills_without_restart() {
     // Nothing is kept: the pod is done.
     assert!(a.kill_pod);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_with_only_the_runtime_state_uses_the_last_spec_and_the_given_grace() {
+    let fake = FakeRuntime::new();
+    let rec = Recording::new(&fake);
+    let dir = tempfile_dir();
+    let (m, _) = recording_manager(&rec, dir.path());
+    let p = hooked_pod(30, pre_stop_sleep());
+    let (s, _) = sync(&m, &p, SystemTime::now()).await;
+    rec.log.lock().clear();
+    // The kubelet's grace (a deletion with a shorter grace period) wins over
+    // the synced spec's 30 s; the spec still gives the preStop hook.
+    m.kill_pod(&s, Duration::from_secs(4), true)
+        .await
+        .expect("kill");
+    assert_eq!(
+        rec.log(),
+        vec!["exec c sh -c sleep 10 within 4s", "stop c 4s"]
+    );
+}
