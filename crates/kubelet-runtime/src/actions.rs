@@ -5,10 +5,26 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::hash::{self, HashCheck};
-use kubelet_types::pod::{self, RestartPolicy};
+use kubelet_types::pod::{self, RestartPolicy, is_restartable_init_container as is_sidecar};
 use tracing::debug;
 
 use crate::pod_status::{ContainerState, ContainerStatus, PodStatus};
+use crate::prober_results::{ProbeResult, ProbeResults};
+
+/// Why a container is stopped (upstream `containerKillReason`): a probe
+/// failure picks the probe's own grace period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KillReason {
+    /// Any other reason (spec change, pod stop).
+    #[default]
+    Unknown,
+    /// The liveness probe failed.
+    LivenessProbe,
+    /// The startup probe failed.
+    StartupProbe,
+    /// The postStart hook failed.
+    FailedPostStartHook,
+}
 
 /// A running container to stop, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +35,8 @@ pub struct ContainerToKill {
     pub name: String,
     /// Why (logged, and the `Killing` event message).
     pub message: String,
+    /// Why, for the grace period.
+    pub reason: KillReason,
 }
 
 /// What a sync must do.
@@ -32,12 +50,43 @@ pub struct PodActions {
     pub sandbox_id: Option<String>,
     /// Attempt number for the new sandbox.
     pub attempt: u32,
-    /// Index of the init container to start next.
-    pub next_init_container: Option<usize>,
+    /// Indexes of init containers to start, in spec order (the next regular
+    /// init container, and sidecars to start or restart).
+    pub init_containers_to_start: Vec<usize>,
     /// Indexes of app containers to start.
     pub containers_to_start: Vec<usize>,
     /// Running containers to stop.
     pub containers_to_kill: Vec<ContainerToKill>,
+}
+
+/// The liveness and startup results `compute_pod_actions` reads (upstream
+/// `livenessManager`, `startupManager`), by container ID.
+pub trait ProbeLookup {
+    /// The liveness result, if the prober has one.
+    fn liveness(&self, id: &str) -> Option<ProbeResult>;
+    /// The startup result, if the prober has one.
+    fn startup(&self, id: &str) -> Option<ProbeResult>;
+}
+
+impl ProbeLookup for ProbeResults {
+    fn liveness(&self, id: &str) -> Option<ProbeResult> {
+        self.liveness.get(id)
+    }
+    fn startup(&self, id: &str) -> Option<ProbeResult> {
+        self.startup.get(id)
+    }
+}
+
+/// No prober: every lookup misses.
+pub struct NoProbes;
+
+impl ProbeLookup for NoProbes {
+    fn liveness(&self, _: &str) -> Option<ProbeResult> {
+        None
+    }
+    fn startup(&self, _: &str) -> Option<ProbeResult> {
+        None
+    }
 }
 
 fn restart_on_failure(p: &Pod) -> bool {
@@ -84,51 +133,164 @@ fn sandbox_changed(status: &PodStatus) -> (bool, u32, Option<String>) {
     (false, attempt, Some(newest.id.clone()))
 }
 
-/// Upstream `findNextInitContainerToRun`: (status of a failed init container,
-/// next index to run, done).
-fn next_init_container<'a>(
-    p: &Pod,
-    status: &'a PodStatus,
-) -> (Option<&'a ContainerStatus>, Option<usize>, bool) {
-    let inits = pod::init_containers(p);
-    if inits.is_empty() {
-        return (None, None, true);
+fn kill(s: &ContainerStatus, message: String, reason: KillReason) -> ContainerToKill {
+    ContainerToKill {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        message,
+        reason,
     }
-    // A running app container means initialization finished earlier.
-    if pod::containers(p).iter().any(|c| {
-        status
-            .find_container(&c.name)
-            .is_some_and(|s| s.state == ContainerState::Running)
-    }) {
-        return (None, None, true);
-    }
-    for (i, c) in inits.iter().enumerate().rev() {
-        if let Some(s) = status.find_container(&c.name)
-            && init_failed(s)
-        {
-            return (Some(s), Some(i), false);
-        }
-    }
-    for (i, c) in inits.iter().enumerate().rev() {
-        let Some(s) = status.find_container(&c.name) else {
-            continue;
-        };
-        if s.state == ContainerState::Running || s.state == ContainerState::Created {
-            return (None, None, false);
-        }
-        if s.state == ContainerState::Exited {
-            return if i == inits.len() - 1 {
-                (None, None, true)
-            } else {
-                (None, Some(i + 1), false)
-            };
-        }
-    }
-    (None, Some(0), false)
 }
 
-/// The actions that bring the runtime state `status` to the desired pod `p`.
+/// What to do about a running sidecar at index `i` (upstream
+/// `computeInitContainerActions`, Running case): `Some(true)` when it counts
+/// as started, `Some(false)` when it is being restarted, `None` to wait.
+fn running_sidecar(
+    c: &Container,
+    s: &ContainerStatus,
+    i: usize,
+    probes: &dyn ProbeLookup,
+    a: &mut PodActions,
+) -> Option<bool> {
+    if c.startup_probe.is_some() {
+        match probes.startup(&s.id)? {
+            ProbeResult::Success => {}
+            ProbeResult::Failure => {
+                let m = format!("Init container {} failed startup probe", c.name);
+                a.containers_to_kill
+                    .push(kill(s, m, KillReason::StartupProbe));
+                a.init_containers_to_start.push(i);
+                return Some(false);
+            }
+            ProbeResult::Unknown => return None,
+        }
+    }
+    Some(true)
+}
+
+/// Sidecar changes that do not hold back the next init container: a changed
+/// spec or a failed liveness probe restarts it.
+fn sidecar_restarts(
+    c: &Container,
+    s: &ContainerStatus,
+    i: usize,
+    probes: &dyn ProbeLookup,
+    a: &mut PodActions,
+) {
+    if hash::check(c, &s.hash, s.hash_version.as_deref()) == HashCheck::Changed {
+        let m = format!("Init container {} definition changed", c.name);
+        a.containers_to_kill.push(kill(s, m, KillReason::Unknown));
+        a.init_containers_to_start.push(i);
+        return;
+    }
+    if c.liveness_probe.is_some() && probes.liveness(&s.id) == Some(ProbeResult::Failure) {
+        let m = format!("Init container {} failed liveness probe", c.name);
+        a.containers_to_kill
+            .push(kill(s, m, KillReason::LivenessProbe));
+        a.init_containers_to_start.push(i);
+    }
+}
+
+/// Upstream `computeInitContainerActions` (with sidecars): fills the init
+/// containers to start (and sidecars to kill) and says whether the pod is
+/// initialized, i.e. its app containers may run.
+fn init_container_actions(
+    p: &Pod,
+    status: &PodStatus,
+    probes: &dyn ProbeLookup,
+    a: &mut PodActions,
+) -> bool {
+    let inits = pod::init_containers(p);
+    if inits.is_empty() {
+        return true;
+    }
+    // A created or running app container means initialization finished earlier.
+    let mut initialized = pod::containers(p).iter().any(|c| {
+        status
+            .find_container(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Running | ContainerState::Created))
+    });
+    let mut previously = initialized;
+    // Newest first: completed init containers may have been removed, so the
+    // last one that has a status decides what runs next.
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(c);
+        let Some(s) = status.find_container(&c.name) else {
+            if previously && sidecar {
+                a.init_containers_to_start.push(i);
+            }
+            continue;
+        };
+        if previously && !sidecar {
+            continue;
+        }
+        match s.state {
+            // The sync creates and starts in one step: a container left in
+            // Created failed to start. Start it again.
+            ContainerState::Created => a.init_containers_to_start.push(i),
+            ContainerState::Running if sidecar => {
+                if running_sidecar(c, s, i, probes, a) == Some(true) {
+                    if i == inits.len() - 1 {
+                        initialized = true;
+                    } else if !previously {
+                        a.init_containers_to_start.push(i + 1);
+                    }
+                    sidecar_restarts(c, s, i, probes, a);
+                }
+            }
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => a.init_containers_to_start.push(i),
+            ContainerState::Exited if init_failed(s) => {
+                if !restart_on_failure(p) {
+                    a.kill_pod = true;
+                    a.init_containers_to_start.clear();
+                    return false;
+                }
+                a.init_containers_to_start.push(i);
+            }
+            ContainerState::Exited => {
+                if i == inits.len() - 1 {
+                    initialized = true;
+                } else {
+                    a.init_containers_to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure(p) {
+                    a.kill_pod = true;
+                    a.init_containers_to_start.clear();
+                    return false;
+                }
+                let m = format!(
+                    "Init container is in {:?} state, try killing it before restart",
+                    "unknown"
+                );
+                a.containers_to_kill.push(kill(s, m, KillReason::Unknown));
+                a.init_containers_to_start.push(i);
+            }
+        }
+        previously = true;
+    }
+    if !previously {
+        a.init_containers_to_start.push(0);
+    }
+    a.init_containers_to_start.reverse();
+    initialized
+}
+
+/// The actions that bring the runtime state `status` to the desired pod `p`,
+/// with no probe results.
 pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
+    compute_pod_actions_with(p, status, &NoProbes)
+}
+
+/// Upstream `computePodActions`: the actions that bring `status` to the
+/// desired pod `p`, given the liveness and startup results in `probes`.
+pub fn compute_pod_actions_with(
+    p: &Pod,
+    status: &PodStatus,
+    probes: &dyn ProbeLookup,
+) -> PodActions {
     let (create, attempt, sandbox_id) = sandbox_changed(status);
     let mut a = PodActions {
         kill_pod: create,
@@ -145,10 +307,7 @@ pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
             a.create_sandbox = false;
             return a;
         }
-        if !pod::init_containers(p).is_empty() {
-            a.next_init_container = Some(0);
-            return a;
-        }
+        let mut to_start = vec![];
         for (i, c) in containers.iter().enumerate() {
             let succeeded = status
                 .find_container(&c.name)
@@ -156,20 +315,27 @@ pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
             if succeeded && pod::restart_policy(p) == RestartPolicy::OnFailure {
                 continue;
             }
-            a.containers_to_start.push(i);
+            to_start.push(i);
         }
+        // Initialization is done and nothing is left to run: only kill.
+        let initialized = containers
+            .iter()
+            .filter_map(|c| status.find_container(&c.name))
+            .any(|s| s.state != ContainerState::Unknown);
+        if initialized && to_start.is_empty() {
+            a.create_sandbox = false;
+            return a;
+        }
+        if !pod::init_containers(p).is_empty() {
+            a.init_containers_to_start = vec![0];
+            return a;
+        }
+        a.containers_to_start = to_start;
         return a;
     }
 
-    let (failed, next, done) = next_init_container(p, status);
-    if !done {
-        if let Some(next) = next {
-            if failed.is_some() && !restart_on_failure(p) {
-                a.kill_pod = true;
-            } else {
-                a.next_init_container = Some(next);
-            }
-        }
+    let initialized = init_container_actions(p, status, probes, &mut a);
+    if a.kill_pod || !initialized {
         return a;
     }
 
@@ -179,6 +345,13 @@ pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
         let Some(s) = s.filter(|s| s.state == ContainerState::Running) else {
             if should_container_be_restarted(c, p, status) {
                 a.containers_to_start.push(i);
+                if let Some(s) = s.filter(|s| s.state == ContainerState::Unknown) {
+                    let m = format!(
+                        "Container is in {:?} state, try killing it before restart",
+                        "unknown"
+                    );
+                    a.containers_to_kill.push(kill(s, m, KillReason::Unknown));
+                }
             }
             continue;
         };
@@ -187,19 +360,40 @@ pub fn compute_pod_actions(p: &Pod, status: &PodStatus) -> PodActions {
             debug!(container = %c.name, container.id = %s.id, hash = %s.hash,
                 version = ?s.hash_version, "Adopting a container hashed by another algorithm");
         }
-        if check == HashCheck::Changed {
-            a.containers_to_start.push(i);
-            a.containers_to_kill.push(ContainerToKill {
-                id: s.id.clone(),
-                name: c.name.clone(),
-                message: format!("Container {} definition changed, will be restarted", c.name),
-            });
+        let mut restart = restart_on_failure(p);
+        let (message, reason) = if check == HashCheck::Changed {
+            // A changed spec restarts whatever the restart policy.
+            restart = true;
+            (
+                format!("Container {} definition changed", c.name),
+                KillReason::Unknown,
+            )
+        } else if probes.liveness(&s.id) == Some(ProbeResult::Failure) {
+            (
+                format!("Container {} failed liveness probe", c.name),
+                KillReason::LivenessProbe,
+            )
+        } else if probes.startup(&s.id) == Some(ProbeResult::Failure) {
+            (
+                format!("Container {} failed startup probe", c.name),
+                KillReason::StartupProbe,
+            )
+        } else {
+            keep += 1;
             continue;
-        }
-        keep += 1;
+        };
+        let message = if restart {
+            a.containers_to_start.push(i);
+            format!("{message}, will be restarted")
+        } else {
+            message
+        };
+        a.containers_to_kill.push(kill(s, message, reason));
     }
     if keep == 0 && a.containers_to_start.is_empty() {
         a.kill_pod = true;
+        // Sidecars do not keep a finished pod alive.
+        a.init_containers_to_start.clear();
     }
     a
 }
@@ -367,7 +561,7 @@ mod tests {
     fn init_containers_run_one_at_a_time_in_order() {
         let p = pod("Always", &["i1", "i2"], &["a"]);
         let a = compute_pod_actions(&p, &PodStatus::default());
-        assert_eq!(a.next_init_container, Some(0));
+        assert_eq!(a.init_containers_to_start, vec![0]);
         assert!(a.containers_to_start.is_empty());
         let sb = || vec![sandbox("sb", true, 0)];
         // i1 running: wait.
@@ -376,15 +570,18 @@ mod tests {
             &status(sb(), vec![ctr(&p, "i1", ContainerState::Running, 0)]),
         );
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.len()),
-            (None, 0)
+            (
+                a.init_containers_to_start.len(),
+                a.containers_to_start.len()
+            ),
+            (0, 0)
         );
         // i1 done: i2 next.
         let a = compute_pod_actions(
             &p,
             &status(sb(), vec![ctr(&p, "i1", ContainerState::Exited, 0)]),
         );
-        assert_eq!(a.next_init_container, Some(1));
+        assert_eq!(a.init_containers_to_start, vec![1]);
         // both done: app containers.
         let a = compute_pod_actions(
             &p,
@@ -397,18 +594,21 @@ mod tests {
             ),
         );
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.clone()),
-            (None, vec![0])
+            (
+                a.init_containers_to_start.clone(),
+                a.containers_to_start.clone()
+            ),
+            (vec![], vec![0])
         );
         // i1 failed: restart it (Always), or fail the pod (Never).
         let failed = status(sb(), vec![ctr(&p, "i1", ContainerState::Exited, 1)]);
         assert_eq!(
-            compute_pod_actions(&p, &failed).next_init_container,
-            Some(0)
+            compute_pod_actions(&p, &failed).init_containers_to_start,
+            vec![0]
         );
         let never = pod("Never", &["i1", "i2"], &["a"]);
         let failed = status(sb(), vec![ctr(&never, "i1", ContainerState::Exited, 1)]);
         let a = compute_pod_actions(&never, &failed);
-        assert!(a.kill_pod && a.next_init_container.is_none());
+        assert!(a.kill_pod && a.init_containers_to_start.is_empty());
     }
 }

@@ -17,6 +17,7 @@ pub mod expansion;
 pub mod images;
 pub mod instrumented;
 pub mod labels;
+pub mod lifecycle_handler;
 pub mod logs;
 mod manager;
 pub mod pleg;

@@ -53,6 +53,13 @@ pub mod reason {
     pub const UNHEALTHY: &str = "Unhealthy";
     /// A volume could not be set up (upstream `FailedMountVolume`).
     pub const FAILED_MOUNT: &str = "FailedMount";
+    /// A postStart hook failed (upstream `FailedPostStartHook`).
+    pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    /// A preStop hook failed (upstream `FailedPreStopHook`).
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+    /// The runtime did not stop a pod within its grace period (upstream
+    /// `ExceededGracePeriod`, recorded by the pod workers' kill function).
+    pub const EXCEEDED_GRACE_PERIOD: &str = "ExceededGracePeriod";
 }
 
 /// Records events; implementations must not block.

@@ -46,6 +46,12 @@ pub fn describe(pod: &Pod) -> String {
     format!("{}/{}({})", namespace(pod), name(pod), uid(pod))
 }
 
+/// `name_namespace(uid)`, upstream `format.Pod` as it appears in lifecycle
+/// hook messages.
+pub fn format_pod(pod: &Pod) -> String {
+    format!("{}_{}({})", name(pod), namespace(pod), uid(pod))
+}
+
 /// The pod's restart policy (Always when unset, as the apiserver defaults it).
 pub fn restart_policy(pod: &Pod) -> RestartPolicy {
     match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
@@ -69,6 +75,21 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[])
+}
+
+/// True for an init container with `restartPolicy: Always`: a sidecar that
+/// keeps running beside the app containers (upstream
+/// `types.IsRestartableInitContainer`).
+pub fn is_restartable_init_container(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// True when any init container of the pod is a sidecar (upstream
+/// `types.HasRestartableInitContainer`).
+pub fn has_restartable_init_container(pod: &Pod) -> bool {
+    init_containers(pod)
+        .iter()
+        .any(is_restartable_init_container)
 }
 
 /// Grace period to stop the pod's containers: the deletion grace period when the
@@ -159,6 +180,21 @@ mod tests {
         assert_eq!(grace_period(&pod), MIN_GRACE_PERIOD);
         pod.metadata.deletion_grace_period_seconds = Some(7);
         assert_eq!(grace_period(&pod), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn restartable_init_containers() {
+        let mut c = Container::default();
+        assert!(!is_restartable_init_container(&c));
+        c.restart_policy = Some("Always".into());
+        assert!(is_restartable_init_container(&c));
+        let mut pod = Pod::default();
+        assert!(!has_restartable_init_container(&pod));
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            init_containers: Some(vec![Container::default(), c]),
+            ..Default::default()
+        });
+        assert!(has_restartable_init_container(&pod));
     }
 
     #[test]

@@ -10,13 +10,22 @@ use kubelet_metrics::StartPhase;
 use kubelet_types::events::{EventType, pod_ref, reason};
 use kubelet_types::pod;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use super::kill::Kill;
 use super::{KubeRuntimeManager, SyncResult};
+use crate::actions::KillReason;
 use crate::container::{backoff_key, container_config};
 use crate::pod_status::{ContainerState, PodStatus};
 use crate::sandbox::pod_logs_dir;
 use crate::{Error, Result};
+
+/// Upstream `ErrPostStartHook`: the waiting reason after a failed postStart hook.
+const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+
+/// How long a postStart hook may run. Upstream gives it no deadline;
+/// kubelet-rs bounds every outside call, generously.
+const POST_START_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl KubeRuntimeManager {
     #[allow(clippy::too_many_arguments)]
@@ -200,7 +209,67 @@ impl KubeRuntimeManager {
             reason::STARTED,
             format!("Started container {}", c.name),
         );
-        Ok(())
+        self.run_post_start(p, c, &id, pod_ips).await
+    }
+
+    /// Upstream `startContainer` step 4: runs the postStart hook; when it
+    /// fails, records `FailedPostStartHook`, kills the container and leaves
+    /// the reason `PostStartHookError` with the hook's message.
+    async fn run_post_start(
+        &self,
+        p: &Pod,
+        c: &Container,
+        id: &str,
+        pod_ips: &[String],
+    ) -> Result<()> {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return Ok(());
+        };
+        let Err(failure) = self
+            .runner
+            .run(id, p, c, hook, pod_ips, POST_START_TIMEOUT)
+            .await
+        else {
+            return Ok(());
+        };
+        warn!(container = %c.name, container.id = %id, error = %failure, "Failed to execute PostStartHook");
+        // No message in the event: it could leak secrets (as upstream).
+        self.recorder.event(
+            &pod_ref(p, Some(&c.name)),
+            EventType::Warning,
+            reason::FAILED_POST_START_HOOK,
+            "PostStartHook failed".into(),
+        );
+        let status = PodStatus {
+            uid: pod::uid(p).to_string(),
+            name: pod::name(p).to_string(),
+            namespace: pod::namespace(p).to_string(),
+            ips: pod_ips.to_vec(),
+            ..Default::default()
+        };
+        let kill = Kill {
+            pod: Some(p),
+            id,
+            name: &c.name,
+            message: "FailedPostStartHook".into(),
+            reason: KillReason::FailedPostStartHook,
+            grace: None,
+            grace_override: None,
+        };
+        if let Err(e) = self.kill_container(kill, &status, None).await {
+            warn!(container = %c.name, error = %e, "Failed to kill container after its postStart hook failed");
+        }
+        self.set_reason(
+            pod::uid(p),
+            &c.name,
+            POST_START_HOOK_ERROR,
+            failure.message.clone(),
+        );
+        Err(Error::Container {
+            reason: POST_START_HOOK_ERROR,
+            message: failure.message,
+            source: None,
+        })
     }
 
     pub(super) async fn stop_container(&self, id: &str, grace: Duration) -> Result<()> {

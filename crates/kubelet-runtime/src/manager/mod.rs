@@ -9,6 +9,7 @@
 
 mod containers;
 mod gc;
+mod kill;
 mod sandboxes;
 #[cfg(test)]
 mod tests;
@@ -26,10 +27,12 @@ use kubelet_types::{labels, pod};
 use parking_lot::Mutex;
 use tracing::{debug, info};
 
-use crate::actions::compute_pod_actions;
+use crate::actions::{NoProbes, compute_pod_actions_with};
 use crate::backoff::Backoff;
 use crate::images::ImageManager;
+use crate::lifecycle_handler::HandlerRunner;
 use crate::pod_status::{PodStatus, container_status_from_cri};
+use crate::prober_results::ProbeResults;
 use crate::runtime_config::RuntimeConfig;
 use crate::sandbox::{HostDns, sandbox_config};
 use crate::{Error, Result};
@@ -81,6 +84,14 @@ pub struct KubeRuntimeManager {
     metrics: Option<Arc<KubeletMetrics>>,
     /// The kubelet's environment, mounts and pull secrets for containers.
     helper: std::sync::OnceLock<Arc<dyn crate::RuntimeHelper>>,
+    /// Runs postStart and preStop hooks.
+    runner: HandlerRunner,
+    /// Liveness and startup results, when a prober runs.
+    probes: Option<ProbeResults>,
+    /// The last spec synced per pod UID, for the preStop hooks and grace
+    /// periods of a kill that only has the runtime state (upstream restores
+    /// them from container labels).
+    specs: Mutex<HashMap<String, Arc<Pod>>>,
 }
 
 /// A reference to a pod (or container) from runtime state, for events about stopped pods.
@@ -114,6 +125,9 @@ impl KubeRuntimeManager {
         cfg: RuntimeConfig,
     ) -> Self {
         Self {
+            runner: HandlerRunner::new(runtime.clone()),
+            probes: None,
+            specs: Mutex::new(HashMap::new()),
             runtime,
             images: ImageManager::new(images),
             cfg,
@@ -190,6 +204,14 @@ impl KubeRuntimeManager {
         }
     }
 
+    /// Reads liveness and startup results from `results`: a running
+    /// container whose probe failed is killed and restarted per the pod's
+    /// restart policy (upstream `livenessManager`, `startupManager`).
+    pub fn with_probe_results(mut self, results: ProbeResults) -> Self {
+        self.probes = Some(results);
+        self
+    }
+
     /// Sends events (Pulling, Created, Started, Killing, BackOff, ...) to `recorder`.
     pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
         self.images.recorder = recorder.clone();
@@ -237,6 +259,7 @@ impl KubeRuntimeManager {
     /// Forgets the waiting reasons of a pod that is gone.
     pub fn forget_pod(&self, uid: &str) {
         self.reasons.lock().retain(|(u, _), _| u != uid);
+        self.specs.lock().remove(uid);
     }
 
     /// Drops quiet backoff entries.
@@ -325,8 +348,12 @@ impl KubeRuntimeManager {
 
     /// Brings the runtime to the desired pod `p`, given its current `status`.
     pub async fn sync_pod(&self, p: &Pod, status: &PodStatus, now: SystemTime) -> SyncResult {
-        let actions = compute_pod_actions(p, status);
+        let actions = match &self.probes {
+            Some(r) => compute_pod_actions_with(p, status, r),
+            None => compute_pod_actions_with(p, status, &NoProbes),
+        };
         debug!(?actions, "Computed pod actions");
+        self.remember_spec(p);
         let mut result = SyncResult::default();
         if actions.kill_pod {
             if actions.create_sandbox {
@@ -344,23 +371,28 @@ impl KubeRuntimeManager {
                 }
             }
             if let Err(e) = self
-                .kill_pod(status, pod::grace_period(p), actions.create_sandbox)
+                .kill_pod_with_spec(Some(p), status, None, actions.create_sandbox)
                 .await
             {
                 result.errors.push(e);
                 return result;
             }
         } else {
-            let grace = pod::grace_period(p);
             let stops = actions.containers_to_kill.iter().map(|k| {
                 info!(container = %k.name, container.id = %k.id, "Killing container: {}", k.message);
-                self.recorder.event(
-                    &pod_ref(p, Some(&k.name)),
-                    EventType::Normal,
-                    reason::KILLING,
-                    k.message.to_string(),
-                );
-                self.stop_container(&k.id, grace)
+                self.kill_container(
+                    kill::Kill {
+                        pod: Some(p),
+                        id: &k.id,
+                        name: &k.name,
+                        message: k.message.clone(),
+                        reason: k.reason,
+                        grace: None,
+                        grace_override: None,
+                    },
+                    status,
+                    None,
+                )
             });
             for r in join_all(stops).await {
                 if let Err(e) = r {
@@ -375,7 +407,7 @@ impl KubeRuntimeManager {
             return result;
         }
         if !actions.create_sandbox
-            && actions.next_init_container.is_none()
+            && actions.init_containers_to_start.is_empty()
             && actions.containers_to_start.is_empty()
         {
             // Nothing to create or start: no sandbox config to build.
@@ -397,42 +429,30 @@ impl KubeRuntimeManager {
         let pod_ips = self
             .pod_ips(p, actions.create_sandbox, &sandbox_id, status)
             .await;
-        // A fresh sandbox has no containers yet: start from a status without the old instances' states
-        // except for history (restart counts, backoff, lastState).
-        if let Some(i) = actions.next_init_container {
-            if let Some(c) = pod::init_containers(p).get(i) {
-                let r = self
-                    .start_container(
-                        p,
-                        c,
-                        status,
-                        (&sandbox_id, &pod_ips),
-                        &sandbox_cfg,
-                        now,
-                        &mut result,
-                    )
-                    .await;
-                self.record_container_start(container_type::INIT_CONTAINER, &r);
-                if let Err(e) = r {
-                    result.errors.push(e);
+        let target = (sandbox_id.as_str(), pod_ips.as_slice());
+        // Init containers in order: a regular one that fails to start stops
+        // the sync; a sidecar that fails does not hold back the others.
+        for i in &actions.init_containers_to_start {
+            let Some(c) = pod::init_containers(p).get(*i) else {
+                continue;
+            };
+            let r = self
+                .start_container(p, c, status, target, &sandbox_cfg, now, &mut result)
+                .await;
+            self.record_container_start(container_type::INIT_CONTAINER, &r);
+            if let Err(e) = r {
+                result.errors.push(e);
+                if !pod::is_restartable_init_container(c) {
+                    return result;
                 }
             }
-            return result;
         }
         for i in actions.containers_to_start {
             let Some(c) = pod::containers(p).get(i) else {
                 continue;
             };
             let r = self
-                .start_container(
-                    p,
-                    c,
-                    status,
-                    (&sandbox_id, &pod_ips),
-                    &sandbox_cfg,
-                    now,
-                    &mut result,
-                )
+                .start_container(p, c, status, target, &sandbox_cfg, now, &mut result)
                 .await;
             self.record_container_start(container_type::CONTAINER, &r);
             if let Err(e) = r {
@@ -443,28 +463,62 @@ impl KubeRuntimeManager {
         result
     }
 
+    fn remember_spec(&self, p: &Pod) {
+        let mut specs = self.specs.lock();
+        let same = specs.get(pod::uid(p)).is_some_and(|old| **old == *p);
+        if !same {
+            specs.insert(pod::uid(p).to_string(), Arc::new(p.clone()));
+        }
+    }
+
     /// Stops every live container (in parallel, each with `grace`), then the
     /// pod's ready sandboxes (all of them when `all_sandboxes`, which also
     /// releases the network of a sandbox whose pause process died).
+    ///
+    /// When this manager synced the pod before, its last spec gives each
+    /// container's preStop hook (run within `grace`, and the time it took
+    /// subtracted from it) and sidecars stop after the app containers.
     pub async fn kill_pod(
         &self,
         status: &PodStatus,
         grace: Duration,
         all_sandboxes: bool,
     ) -> Result<()> {
-        let stops = status.live_containers().map(|c| {
-            info!(container = %c.name, container.id = %c.id, ?grace, "Killing container");
-            self.recorder.event(
-                &status_ref(status, Some(&c.name)),
-                EventType::Normal,
-                reason::KILLING,
-                format!("Stopping container {}", c.name),
-            );
-            self.stop_container(&c.id, grace)
-        });
-        for r in join_all(stops).await {
-            r?;
-        }
+        let spec = self.specs.lock().get(&status.uid).cloned();
+        self.kill_pod_inner(spec.as_deref(), status, Some(grace), None, all_sandboxes)
+            .await
+    }
+
+    /// Upstream `KillPod`: stops the pod's live containers as
+    /// [`Self::kill_pod`] does, with the spec `p` when given (else the one
+    /// last synced), and `grace_override`, when set, as every container's
+    /// grace period (it wins over the pod's and the preStop hook's time).
+    pub async fn kill_pod_with_spec(
+        &self,
+        p: Option<&Pod>,
+        status: &PodStatus,
+        grace_override: Option<Duration>,
+        all_sandboxes: bool,
+    ) -> Result<()> {
+        let remembered = match p {
+            Some(_) => None,
+            None => self.specs.lock().get(&status.uid).cloned(),
+        };
+        let p = p.or(remembered.as_deref());
+        self.kill_pod_inner(p, status, None, grace_override, all_sandboxes)
+            .await
+    }
+
+    async fn kill_pod_inner(
+        &self,
+        p: Option<&Pod>,
+        status: &PodStatus,
+        grace: Option<Duration>,
+        grace_override: Option<Duration>,
+        all_sandboxes: bool,
+    ) -> Result<()> {
+        self.kill_containers(p, status, grace, grace_override)
+            .await?;
         for s in &status.sandboxes {
             if all_sandboxes || s.state == pb::PodSandboxState::SandboxReady as i32 {
                 match self.runtime.stop_pod_sandbox(&s.id).await {

@@ -8,7 +8,9 @@ use std::time::UNIX_EPOCH;
 
 mod blocking;
 mod helper;
+mod lifecycle;
 mod metrics;
+mod sidecars;
 
 fn manager(fake: &FakeRuntime, dir: &std::path::Path) -> KubeRuntimeManager {
     let cfg = RuntimeConfig {
