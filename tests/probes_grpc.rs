@@ -12,11 +12,9 @@
 //! delay is 15 s (upstream 60 s) and "not restarted" is watched for 60 s
 //! (upstream 4 minutes).
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use apiserver_double::Options;
-use futures::Stream;
 use kubelet_prober::grpc_health::pb::health_check_response::ServingStatus;
 use kubelet_prober::grpc_health::pb::health_server::{Health, HealthServer};
 use kubelet_prober::grpc_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -43,16 +41,7 @@ impl Health for Server {
             status: status as i32,
         }))
     }
-
-    type WatchStream =
-        Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send + 'static>>;
-
-    async fn watch(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("watch"))
-    }
+    // `Watch` keeps the generated default (unimplemented): probes only call `Check`.
 }
 
 fn free_port() -> u16 {
@@ -115,8 +104,10 @@ async fn grpc_liveness_probes_against_a_health_server() {
     .await;
     let wrong = free_port();
     j.create_pod("grpc-ok", grpc_pod(port, None, 15)).await;
-    j.create_pod("grpc-wrong-port", grpc_pod(wrong, None, 15)).await;
-    j.create_pod("grpc-down", grpc_pod(port, Some("down"), 15)).await;
+    j.create_pod("grpc-wrong-port", grpc_pod(wrong, None, 15))
+        .await;
+    j.create_pod("grpc-down", grpc_pod(port, Some("down"), 15))
+        .await;
     for name in ["grpc-ok", "grpc-wrong-port", "grpc-down"] {
         j.wait_api(name, Duration::from_secs(90), "running", |p| {
             p.is_some_and(|p| !p["status"]["containerStatuses"][0]["state"]["running"].is_null())
@@ -126,9 +117,16 @@ async fn grpc_liveness_probes_against_a_health_server() {
     // Upstream: "should be restarted with a GRPC liveness probe" (wrong port),
     // and the same for a service the server reports NOT_SERVING.
     for name in ["grpc-wrong-port", "grpc-down"] {
-        j.wait_api(name, Duration::from_secs(120), "restarted by its liveness probe", |p| {
-            p.is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1))
-        })
+        j.wait_api(
+            name,
+            Duration::from_secs(120),
+            "restarted by its liveness probe",
+            |p| {
+                p.is_some_and(|p| {
+                    p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+                })
+            },
+        )
         .await;
         let ev = events(&j, name);
         assert!(
@@ -137,8 +135,9 @@ async fn grpc_liveness_probes_against_a_health_server() {
             "{name}: no Unhealthy event: {ev:?}"
         );
         assert!(
-            ev.iter().any(|(r, m)| r == "Killing"
-                && m.contains("failed liveness probe, will be restarted")),
+            ev.iter()
+                .any(|(r, m)| r == "Killing"
+                    && m.contains("failed liveness probe, will be restarted")),
             "{name}: no Killing event: {ev:?}"
         );
     }
@@ -150,7 +149,11 @@ async fn grpc_liveness_probes_against_a_health_server() {
     // Upstream: "should *not* be restarted with a GRPC liveness probe".
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while tokio::time::Instant::now() < deadline {
-        assert_eq!(restarts(&j, "grpc-ok"), 0, "a SERVING server never restarts the container");
+        assert_eq!(
+            restarts(&j, "grpc-ok"),
+            0,
+            "a SERVING server never restarts the container"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     server.abort();

@@ -202,7 +202,7 @@ impl RuntimePodSyncer {
         }
         let killed = self
             .runtime
-            .kill_pod(before, pod::grace_period(p), false)
+            .kill_pod_with_spec(Some(p), before, None, false)
             .await;
         let after = match self
             .runtime
@@ -354,8 +354,12 @@ impl RuntimePodSyncer {
             .get_pod_status(uid, name, ns)
             .await
             .map_err(|e| Error::PodStatus(Arc::new(e)))?;
+        // Upstream `killPod`: each container's grace from the pod (deletion
+        // grace first), its preStop hook, sidecars last. An orphan's stub has
+        // no spec: the runtime manager uses the one it last synced.
+        let spec = p.spec.is_some().then_some(p.as_ref());
         self.runtime
-            .kill_pod(&status, pod::grace_period(p), true)
+            .kill_pod_with_spec(spec, &status, None, true)
             .await
             .map_err(Error::Kill)?;
         if let Some((volumes, host)) = &self.volumes {

@@ -137,6 +137,7 @@ impl App {
         let probe_results = kubelet_runtime::ProbeResults::default();
         let cri: Arc<dyn cri::RuntimeService> = instrumented.clone();
         let mut manager = KubeRuntimeManager::new(instrumented.clone(), instrumented, rcfg)
+            .with_probe_results(probe_results.clone())
             .with_shutdown(stop.child_token())
             .with_metrics(metrics.clone());
         if let Some(c) = &cluster {

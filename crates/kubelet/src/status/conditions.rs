@@ -4,7 +4,7 @@
 //! functions of the pod, its container statuses and its phase, shared by
 //! status generation and the status manager's readiness updates.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use kubelet_types::PodPhase;
 use kubelet_types::pod;
 
@@ -21,11 +21,7 @@ pub const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
 /// Some readiness gate is not satisfied.
 pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
 
-/// Whether `c` is a sidecar: an init container with `restartPolicy: Always`
-/// (upstream `podutil.IsRestartableInitContainer`).
-pub fn is_restartable_init_container(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
+pub use kubelet_types::pod::is_restartable_init_container;
 
 fn cond(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
     PodCondition {
