@@ -173,15 +173,17 @@ async fn http_server() -> u16 {
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
             let svc = hyper::service::service_fn(
-                |req: http::Request<hyper::body::Incoming>| async move {
-                    let code = if req.uri().path() == "/healthz" {
-                        200
-                    } else {
-                        500
+                move |req: http::Request<hyper::body::Incoming>| async move {
+                    let (code, location) = match req.uri().path() {
+                        "/healthz" => (200, String::new()),
+                        // Another host name for this server: not followed.
+                        "/elsewhere" => (302, format!("http://localhost:{port}/healthz")),
+                        _ => (500, String::new()),
                     };
                     Ok::<_, Infallible>(
                         http::Response::builder()
                             .status(code)
+                            .header("Location", location)
                             .body(Full::new(Bytes::from_static(b"ok")))
                             .unwrap(),
                     )
@@ -223,23 +225,31 @@ async fn http_and_tcp_probes_end_to_end() {
     };
     let mut good = container("good");
     good.readiness_probe = Some(http_probe("/healthz"));
+    // A TCP probe to a closed port fails (threshold 1).
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
     good.liveness_probe = Some(Probe {
         tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::Int(i32::from(port)),
+            port: IntOrString::Int(i32::from(closed_port)),
             host: None,
         }),
         period_seconds: Some(1),
+        failure_threshold: Some(1),
         ..Default::default()
     });
     let mut bad = container("bad");
     bad.liveness_probe = Some(http_probe("/broken"));
-    let p = pod("u1", vec![good, bad]);
+    let mut moved = container("moved");
+    moved.readiness_probe = Some(http_probe("/elsewhere"));
+    let p = pod("u1", vec![good, bad, moved]);
     let now = jiff::Timestamp::now();
     status.set(
         "u1",
         status_of(vec![
             running("good", "g1", now, true),
             running("bad", "b1", now, true),
+            running("moved", "m1", now, true),
         ]),
     );
     m.add_pod(&p);
@@ -248,21 +258,51 @@ async fn http_and_tcp_probes_end_to_end() {
     loop {
         if results.readiness.get("g1") == Some(ProbeResult::Success)
             && results.liveness.get("b1") == Some(ProbeResult::Failure)
-            && results.liveness.get("g1").is_some()
+            && results.liveness.get("g1") == Some(ProbeResult::Failure)
+            && results.readiness.get("m1") == Some(ProbeResult::Success)
         {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "probes did not settle"
+            "probes did not settle: {:?}",
+            rec.events()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(results.liveness.get("g1"), Some(ProbeResult::Success));
-    let events: Vec<_> = rec.events().into_iter().map(|e| e.message).collect();
+    let events = rec.events();
+    let mut unhealthy: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "Unhealthy")
+        .map(|e| (e.field_path.clone().unwrap(), e.message.clone()))
+        .collect();
+    unhealthy.sort();
     assert_eq!(
-        events,
-        vec!["Liveness probe failed: HTTP probe failed with statuscode: 500"]
+        unhealthy,
+        vec![
+            (
+                "spec.containers{bad}".to_string(),
+                "Liveness probe failed: HTTP probe failed with statuscode: 500".to_string()
+            ),
+            (
+                "spec.containers{good}".to_string(),
+                format!(
+                    "Liveness probe failed: dial tcp 127.0.0.1:{closed_port}: connect: connection refused"
+                )
+            ),
+        ]
+    );
+    let warning = events
+        .iter()
+        .find(|e| e.reason == "ProbeWarning")
+        .expect("warning event");
+    assert_eq!(
+        warning.message,
+        "Readiness probe warning: Probe terminated redirects, Response body: ok"
+    );
+    assert_eq!(
+        warning.field_path.as_deref(),
+        Some("spec.containers{moved}")
     );
     m.remove_pod(&p);
 }

@@ -272,3 +272,50 @@ fn locations_resolve() {
     assert_eq!(r("//o:2/p"), "http://o:2/p");
     assert_eq!(r("https://o/p#frag"), "https://o/p");
 }
+
+/// https probes skip certificate verification (upstream InsecureSkipVerify):
+/// a self-signed certificate for another name is accepted.
+#[tokio::test]
+async fn https_skips_certificate_verification() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["not-this-host".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service_fn(move |r| handle(port, r)))
+                    .await;
+            });
+        }
+    });
+    let mut a = action(port, "/ok", &[]);
+    a.scheme = Some("HTTPS".into());
+    let req = request_for(&a, &Container::default(), "127.0.0.1").unwrap();
+    assert_eq!(
+        HttpProber::new()
+            .probe(&req, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        (ProbeOutcome::Success, "ok body".to_string())
+    );
+}
