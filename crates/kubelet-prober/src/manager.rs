@@ -159,6 +159,17 @@ impl Manager {
         }
     }
 
+    /// Records every probe in `metrics` (`prober_probe_total`,
+    /// `prober_probe_duration_seconds`, served at `/metrics/probes`). Call
+    /// before the manager is cloned or started.
+    pub fn with_metrics(mut self, metrics: Arc<kubelet_metrics::KubeletMetrics>) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(shared) => shared.prober.metrics = Some(metrics),
+            None => tracing::warn!("prober metrics set after the manager was shared; ignored"),
+        }
+        self
+    }
+
     /// Upstream `AddPod`: starts one worker per container (sidecars
     /// included) per probe it has. Idempotent: existing workers stay.
     pub fn add_pod(&self, pod: &Pod) {

@@ -325,3 +325,32 @@ async fn fake_exec_defaults_to_success() {
         .unwrap();
     assert_eq!(r.exit_code, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn probes_are_counted_and_timed_until_their_worker_stops() {
+    let env = Env::new();
+    let p = probed_pod("u1");
+    env.status
+        .set("u1", status(vec![running("app", "c1", env.wall, true)]));
+    env.m.add_pod(&p);
+    env.at(0.5).await;
+    let text = env.metrics.prober().render();
+    assert!(
+        text.contains(
+            "prober_probe_total{probe_type=\"Readiness\",result=\"successful\",container=\"app\""
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "prober_probe_duration_seconds_count{probe_type=\"Readiness\",container=\"app\""
+        ),
+        "{text}"
+    );
+    env.m.remove_pod(&p);
+    env.settle().await;
+    assert!(
+        !env.metrics.prober().render().contains("pod_uid=\"u1\""),
+        "a stopped worker's series are gone"
+    );
+}

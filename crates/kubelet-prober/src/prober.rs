@@ -46,6 +46,23 @@ pub(crate) struct Prober {
     runtime: Arc<dyn cri::RuntimeService>,
     http: probe::http::HttpProber,
     recorder: Arc<dyn Recorder>,
+    /// `prober_probe_total` and `prober_probe_duration_seconds`.
+    pub(crate) metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
+}
+
+/// The metric labels of one worker's probe (upstream's `probe_type`,
+/// `container`, `pod`, `namespace`).
+pub(crate) fn metric_labels(
+    kind: ProbeType,
+    pod: &Pod,
+    container: &Container,
+) -> kubelet_metrics::ProbeLabels {
+    kubelet_metrics::ProbeLabels {
+        probe_type: kind.as_str(),
+        container: container.name.clone(),
+        pod: pod::name(pod).to_string(),
+        namespace: pod::namespace(pod).to_string(),
+    }
 }
 
 impl Prober {
@@ -54,12 +71,41 @@ impl Prober {
             runtime,
             http: probe::http::HttpProber::new(),
             recorder,
+            metrics: None,
         }
     }
 
     /// Probes `container` (runtime ID `container_id`) once. An error means
     /// the result must be thrown away (upstream returns it with Failure).
     pub(crate) async fn probe(
+        &self,
+        kind: ProbeType,
+        pod: &Pod,
+        status: &PodStatus,
+        container: &Container,
+        container_id: &str,
+    ) -> Result<ProbeResult, ProbeError> {
+        let start = tokio::time::Instant::now();
+        let out = self
+            .probe_once(kind, pod, status, container, container_id)
+            .await;
+        if let Some(m) = &self.metrics {
+            let result = match &out {
+                Ok(ProbeResult::Success) => "successful",
+                Ok(ProbeResult::Failure) => "failed",
+                Ok(ProbeResult::Unknown) | Err(_) => "unknown",
+            };
+            m.prober().observe(
+                &metric_labels(kind, pod, container),
+                pod::uid(pod),
+                result,
+                start.elapsed(),
+            );
+        }
+        out
+    }
+
+    async fn probe_once(
         &self,
         kind: ProbeType,
         pod: &Pod,

@@ -39,6 +39,7 @@ impl StatusProvider for FakeStatus {
 /// A manager and its fakes; the wall clock starts at `wall` at tokio time `t0`.
 pub(crate) struct Env {
     pub(crate) m: Manager,
+    pub(crate) metrics: Arc<kubelet_metrics::KubeletMetrics>,
     pub(crate) exec: Arc<FakeExec>,
     pub(crate) rec: Arc<FakeRecorder>,
     pub(crate) status: Arc<FakeStatus>,
@@ -61,6 +62,7 @@ impl Env {
         let results = ProbeResults::default();
         let wall = Timestamp::from_second(1_700_000_000).unwrap();
         let shutdown = CancellationToken::new();
+        let metrics = Arc::new(kubelet_metrics::KubeletMetrics::new());
         let m = Manager::with_clock(
             results.clone(),
             exec.clone(),
@@ -69,8 +71,10 @@ impl Env {
             shutdown.clone(),
             Clock::tokio(wall),
             jitter,
-        );
+        )
+        .with_metrics(metrics.clone());
         Env {
+            metrics,
             m,
             exec,
             rec,

@@ -144,6 +144,11 @@ impl Worker {
         if let Some(id) = self.container_id.take() {
             self.results.remove(runtime_id(&id));
         }
+        if let Some(m) = &self.shared.prober.metrics {
+            // Upstream deletes a stopped worker's series.
+            let labels = crate::prober::metric_labels(self.kind, &self.pod, &self.container);
+            m.prober().forget(&labels, self.uid());
+        }
         self.shared.remove_worker(&self.key, self.id);
     }
 

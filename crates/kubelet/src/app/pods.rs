@@ -195,6 +195,7 @@ impl Pipeline<'_> {
             self.cri.clone(),
             status.clone(),
             event_recorder.clone(),
+            self.metrics.clone(),
             stop,
         );
         let mut syncer = RuntimePodSyncer::new(

@@ -17,13 +17,11 @@ pub(super) fn probe_manager(
     cri: Arc<dyn cri::RuntimeService>,
     status: Arc<StatusManager>,
     recorder: Arc<dyn Recorder>,
+    metrics: Arc<kubelet_metrics::KubeletMetrics>,
     stop: &CancellationToken,
 ) -> Arc<dyn ProbeManager> {
-    Arc::new(kubelet_prober::Manager::new(
-        results.clone(),
-        cri,
-        status,
-        recorder,
-        stop.child_token(),
-    ))
+    Arc::new(
+        kubelet_prober::Manager::new(results.clone(), cri, status, recorder, stop.child_token())
+            .with_metrics(metrics),
+    )
 }
