@@ -47,6 +47,9 @@ pub enum Error {
     /// Cluster mode is configured inconsistently.
     #[error("{0}")]
     Cluster(&'static str),
+    /// `allowedUnsafeSysctls` names a sysctl that is not namespaced.
+    #[error("allowedUnsafeSysctls: {0}")]
+    Sysctls(#[from] crate::lifecycle::sysctl::NotNamespaced),
     /// The runtime's view of the pod could not be read.
     #[error("cannot read pod status from the runtime: {0}")]
     PodStatus(#[source] std::sync::Arc<kubelet_runtime::Error>),

@@ -71,6 +71,9 @@ pub struct NodeStatusManager {
     pub recorder: Arc<dyn Recorder>,
     /// Set to the Node's UID once registered.
     pub registered: watch::Sender<Option<String>>,
+    /// The Node as the apiserver last returned it (registration, each
+    /// status patch): labels and taints others set, for pod admission.
+    pub latest: watch::Sender<Option<Node>>,
 }
 
 /// Runtime facts for one status computation.
@@ -215,6 +218,7 @@ impl NodeStatusManager {
             return;
         };
         let node = registered.node;
+        self.latest.send_replace(Some(node.clone()));
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let last: NodeStatus = node.status.clone().unwrap_or_default();
         self.record_transitions(&[], &last.conditions.clone().unwrap_or_default());
@@ -291,7 +295,12 @@ impl NodeStatusManager {
         match outcome {
             Ok(None) => {}
             Ok(Some(Ok(node))) => {
-                reported.api_addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
+                reported.api_addresses = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.addresses.clone())
+                    .unwrap_or_default();
+                self.latest.send_replace(Some(node));
                 self.record_transitions(&conditions(&reported.last), &conditions(&status));
                 reported.last = status;
                 reported.at = Some(Instant::now());

@@ -330,6 +330,7 @@ fn manager(
         clock: Arc::new(TokioClock::default()),
         recorder: Arc::new(RecordingRecorder::default()),
         registered: tx,
+        latest: watch::channel(None).0,
     };
     (m, rx, health)
 }

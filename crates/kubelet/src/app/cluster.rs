@@ -100,6 +100,7 @@ pub(super) struct Wiring<'a> {
     pub sources_ready: Arc<SourcesReady>,
     pub registered_tx: watch::Sender<Option<String>>,
     pub registered: watch::Receiver<Option<String>>,
+    pub latest_node: watch::Sender<Option<k8s_openapi::api::core::v1::Node>>,
 }
 
 impl Cluster {
@@ -135,6 +136,7 @@ impl Cluster {
             clock: clock.clone(),
             recorder: self.recorder.clone(),
             registered: w.registered_tx,
+            latest: w.latest_node,
         };
         spawn_in(
             tasks,

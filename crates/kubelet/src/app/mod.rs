@@ -4,6 +4,7 @@
 //! one cancellation tree. Stopping the app stops the kubelet, never the pods:
 //! containers keep running and are adopted by the next start.
 
+mod admission;
 mod cluster;
 mod pods;
 mod probes;
@@ -59,6 +60,8 @@ pub struct App {
     probe_results: kubelet_runtime::ProbeResults,
     /// The instrumented CRI runtime service (the prober's exec probes).
     cri: Arc<dyn cri::RuntimeService>,
+    /// The sysctl allowlist and whether the host has AppArmor, for admission.
+    admission: (crate::lifecycle::sysctl::Allowlist, bool),
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -134,6 +137,10 @@ impl App {
             Arc::new(remote.clone()),
             metrics.clone(),
         ));
+        let admission = (
+            admission::allowlist(&cfg)?,
+            crate::lifecycle::apparmor_enabled().await,
+        );
         let probe_results = kubelet_runtime::ProbeResults::default();
         let cri: Arc<dyn cri::RuntimeService> = instrumented.clone();
         let mut manager = KubeRuntimeManager::new(instrumented.clone(), instrumented, rcfg)
@@ -186,6 +193,7 @@ impl App {
             allocatable,
             probe_results,
             cri,
+            admission,
         })
     }
 
@@ -199,6 +207,9 @@ impl App {
 
         let sources = pods::Sources::new(cfg, self.http, self.cluster.as_ref());
         let pods = sources.spawn(&tasks, &stop);
+        // The Node the apiserver last returned, for admission (cluster mode).
+        let (latest_node_tx, latest_node_rx) = watch::channel(None);
+        let latest_node_rx = self.cluster.is_some().then_some(latest_node_rx);
         let pipeline = pods::Pipeline {
             cfg,
             manager: self.manager.clone(),
@@ -210,6 +221,8 @@ impl App {
             allocatable: self.allocatable.clone(),
             probe_results: self.probe_results.clone(),
             cri: self.cri.clone(),
+            admission: self.admission.clone(),
+            latest_node: latest_node_rx,
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
 
@@ -272,6 +285,7 @@ impl App {
                     pods: running.pods.clone(),
                     sources_ready: running.sources_ready.clone(),
                     registered_tx,
+                    latest_node: latest_node_tx,
                     registered: registered.clone(),
                 },
                 &tasks,

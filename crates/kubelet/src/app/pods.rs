@@ -126,6 +126,10 @@ pub(super) struct Pipeline<'a> {
     pub probe_results: kubelet_runtime::ProbeResults,
     /// The CRI runtime service, for exec probes.
     pub cri: Arc<dyn cri::RuntimeService>,
+    /// The sysctl allowlist and whether the host has AppArmor.
+    pub admission: (crate::lifecycle::sysctl::Allowlist, bool),
+    /// The Node the apiserver last returned (cluster mode).
+    pub latest_node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
 }
 
 /// Handles to the running pipeline.
@@ -172,7 +176,7 @@ impl Pipeline<'_> {
         let volumes = super::volumes::VolumeWiring {
             cfg,
             client: self.client,
-            allocatable: self.allocatable,
+            allocatable: self.allocatable.clone(),
             pods: sources.pods.clone(),
             sources_ready: sources.ready.clone(),
             pod_cache: pleg.cache().clone(),
@@ -235,7 +239,13 @@ impl Pipeline<'_> {
             desired: Arc::new(sources.pods.clone()),
             heartbeat: heartbeat.clone(),
             status: status.clone(),
-            max_pods: cfg.max_pods,
+            admitter: Arc::new(super::admission::admitter(
+                cfg,
+                &self.allocatable,
+                self.latest_node,
+                self.admission,
+                event_recorder.clone(),
+            )),
             rejected: Default::default(),
             probes,
             probe_updates: crate::sync_loop::ProbeUpdates::subscribe(&self.probe_results),

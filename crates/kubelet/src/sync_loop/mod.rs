@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::lifecycle::{admit, rejected_status};
+use crate::lifecycle::PodAdmitter;
 use crate::pod_manager::Manager;
 use crate::pod_workers::{PodWork, PodWorkers, WorkKind, WorkQueue};
 use crate::prober::ProbeManager;
@@ -101,8 +101,8 @@ pub struct SyncLoop {
     pub heartbeat: Arc<Heartbeat>,
     /// Pod statuses (rejected pods get theirs here).
     pub status: Arc<StatusManager>,
-    /// `maxPods`.
-    pub max_pods: u32,
+    /// Pod admission (`maxPods` and the other predicates).
+    pub admitter: Arc<PodAdmitter>,
     /// Pods refused at admission; never run.
     pub rejected: HashSet<String>,
     /// The prober: workers start for admitted pods and stop with them.
@@ -151,19 +151,21 @@ impl SyncLoop {
     }
 
     /// Pods admitted and not finished (upstream `filterOutTerminatedPods`).
-    fn active_pods(&self) -> usize {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.desired
             .get_pods()
-            .iter()
-            .map(|p| pod::uid(p))
-            .filter(|uid| !self.rejected.contains(*uid))
-            .filter(|uid| {
-                let phase = self.status.get_pod_status(uid).and_then(|s| s.phase);
+            .into_iter()
+            .filter(|p| !self.rejected.contains(pod::uid(p)))
+            .filter(|p| {
+                let phase = self
+                    .status
+                    .get_pod_status(pod::uid(p))
+                    .and_then(|s| s.phase);
                 !phase
                     .and_then(|p| p.parse::<kubelet_types::PodPhase>().ok())
                     .is_some_and(kubelet_types::PodPhase::is_terminal)
             })
-            .count()
+            .collect()
     }
 
     fn handle_config(&mut self, u: PodUpdate) {
@@ -183,13 +185,20 @@ impl SyncLoop {
                         continue;
                     }
                     let is_new = !self.desired.contains(&uid);
+                    let admitted = || {
+                        let active = self.active_pods();
+                        let others: Vec<&Pod> = active.iter().map(AsRef::as_ref).collect();
+                        self.admitter.admit(&p, &others)
+                    };
                     if u.op == PodOperation::Add
                         && is_new
-                        && let Err(r) = admit(self.active_pods(), self.max_pods)
+                        && p.metadata.deletion_timestamp.is_none()
+                        && let Err(r) = admitted()
                     {
                         tracing::warn!(pod = %pod::describe(&p), reason = %r.0, message = %r.1,
                             "Pod rejected at admission");
-                        self.status.set_pod_status(&uid, rejected_status(&r));
+                        self.status
+                            .set_pod_status(&uid, self.admitter.reject(&p, &r));
                         self.rejected.insert(uid.clone());
                         self.desired.add_pod(p);
                         continue;

@@ -119,6 +119,21 @@ fn start() -> Harness {
     start_with(110)
 }
 
+/// An admitter for a node with room for `max_pods` pods and plenty of cpu and memory.
+fn admitter(max_pods: u32) -> crate::lifecycle::PodAdmitter {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-1", "labels": {"kubernetes.io/os": "linux"}},
+        "status": {"allocatable": {"pods": max_pods.to_string(), "cpu": "4", "memory": "8Gi"}}
+    }))
+    .expect("node");
+    crate::lifecycle::PodAdmitter::new(
+        Arc::new(crate::lifecycle::NodeCache::new(node, None)),
+        crate::lifecycle::sysctl::Allowlist::new((6, 1), &[]).expect("allowlist"),
+        false,
+        Arc::new(kubelet_types::events::NoopRecorder),
+    )
+}
+
 fn start_with(max_pods: u32) -> Harness {
     let (config, config_rx) = mpsc::channel(16);
     let (pleg_events, pleg_rx) = mpsc::channel(16);
@@ -147,7 +162,7 @@ fn start_with(max_pods: u32) -> Harness {
         desired: Arc::new(h.pods.clone()),
         heartbeat: h.heartbeat.clone(),
         status: status.clone(),
-        max_pods,
+        admitter: Arc::new(admitter(max_pods)),
         rejected: HashSet::new(),
         probes: h.probes.clone(),
         probe_updates: ProbeUpdates::subscribe(&h.results),

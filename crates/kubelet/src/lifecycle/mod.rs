@@ -1,0 +1,171 @@
+//! Pod admission (upstream `pkg/kubelet/lifecycle`: the admit handlers
+//! `NewMainKubelet` installs, in their order: the sysctl allowlist, the
+//! predicate handler (`predicate.go`: OS label and field, then
+//! `generalFilter`), AppArmor; and `Kubelet.rejectPod`). A rejected pod is
+//! `Failed` with the handler's reason and `Pod was rejected: <message>`, gets
+//! a Warning event with the reason, and never starts.
+
+pub mod predicate;
+pub mod sysctl;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
+use kubelet_types::events::{EventType, Recorder, pod_ref};
+use tokio::sync::watch;
+
+/// Why a pod was not admitted: (reason, message), upstream strings.
+pub type Rejection = (String, String);
+
+/// The node as admission sees it (upstream `getNodeAnyWay`): the Node the
+/// apiserver last returned, else the one the kubelet would register.
+#[derive(Debug)]
+pub struct NodeCache {
+    initial: Node,
+    latest: Option<watch::Receiver<Option<Node>>>,
+}
+
+impl NodeCache {
+    /// The node the kubelet builds itself (labels, taints, allocatable),
+    /// replaced by what `latest` carries once the apiserver returned the Node.
+    pub fn new(initial: Node, latest: Option<watch::Receiver<Option<Node>>>) -> Self {
+        Self { initial, latest }
+    }
+
+    /// The current node.
+    pub fn get(&self) -> Node {
+        self.latest
+            .as_ref()
+            .and_then(|rx| rx.borrow().clone())
+            .unwrap_or_else(|| self.initial.clone())
+    }
+}
+
+/// Admits or rejects new pods.
+pub struct PodAdmitter {
+    node: Arc<NodeCache>,
+    sysctls: sysctl::Allowlist,
+    apparmor_enabled: bool,
+    recorder: Arc<dyn Recorder>,
+}
+
+fn apparmor_required(p: &Pod) -> bool {
+    const PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+    let annotated = p
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(k, v)| k.starts_with(PREFIX) && v != "unconfined");
+    let confined = |t: Option<&str>| t.is_some_and(|t| t != "Unconfined");
+    let spec = p.spec.as_ref();
+    let pod_field = confined(
+        spec.and_then(|s| s.security_context.as_ref())
+            .and_then(|s| s.app_armor_profile.as_ref())
+            .map(|a| a.type_.as_str()),
+    );
+    let container_field = kubelet_types::pod::containers(p)
+        .iter()
+        .chain(kubelet_types::pod::init_containers(p))
+        .any(|c| {
+            confined(
+                c.security_context
+                    .as_ref()
+                    .and_then(|s| s.app_armor_profile.as_ref())
+                    .map(|a| a.type_.as_str()),
+            )
+        });
+    annotated || pod_field || container_field
+}
+
+impl PodAdmitter {
+    /// An admitter reading the node from `node`.
+    pub fn new(
+        node: Arc<NodeCache>,
+        sysctls: sysctl::Allowlist,
+        apparmor_enabled: bool,
+        recorder: Arc<dyn Recorder>,
+    ) -> Self {
+        Self {
+            node,
+            sysctls,
+            apparmor_enabled,
+            recorder,
+        }
+    }
+
+    /// Upstream `canAdmitPod`: the first handler that refuses decides.
+    /// `others` are the active pods already admitted.
+    pub fn admit(&self, p: &Pod, others: &[&Pod]) -> Result<(), Rejection> {
+        self.sysctls.admit(p)?;
+        let node = self.node.get();
+        let node_os = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/os"))
+            .filter(|os| *os == "linux")
+            .map_or("linux", String::as_str);
+        let pod_os_label = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/os"));
+        if pod_os_label.is_some_and(|os| os != node_os) {
+            return Err((
+                "PodOSSelectorNodeLabelDoesNotMatch".into(),
+                "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+                    .into(),
+            ));
+        }
+        let pod_os = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.os.as_ref())
+            .map(|o| o.name.as_str());
+        if pod_os.is_some_and(|os| os != "linux") {
+            return Err((
+                "PodOSNotSupported".into(),
+                "Failed to admit pod as the OS field doesn't match node OS".into(),
+            ));
+        }
+        if let Some(first) = predicate::general_filter(p, others, &node).first() {
+            return Err(first.reason_and_message());
+        }
+        if !self.apparmor_enabled && apparmor_required(p) {
+            return Err((
+                "AppArmor".into(),
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Upstream `rejectPod`: the Warning event and the pod's failed status.
+    pub fn reject(&self, p: &Pod, r: &Rejection) -> PodStatus {
+        self.recorder
+            .event(&pod_ref(p, None), EventType::Warning, &r.0, r.1.clone());
+        rejected_status(p, r)
+    }
+}
+
+/// The status a rejected pod gets (upstream `rejectPod`).
+pub fn rejected_status(p: &Pod, (reason, message): &Rejection) -> PodStatus {
+    PodStatus {
+        phase: Some(kubelet_types::PodPhase::Failed.as_str().to_string()),
+        reason: Some(reason.clone()),
+        message: Some(format!("Pod was rejected: {message}")),
+        qos_class: Some(kubelet_types::qos::pod_qos(p).as_str().to_string()),
+        ..Default::default()
+    }
+}
+
+/// Whether the host has AppArmor enabled (upstream `apparmor.IsEnabled`).
+pub async fn apparmor_enabled() -> bool {
+    tokio::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .await
+        .is_ok_and(|s| s.trim_start().starts_with('Y'))
+}
+
+#[cfg(test)]
+mod tests;

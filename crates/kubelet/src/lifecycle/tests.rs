@@ -1,0 +1,225 @@
+//! Admission as a whole: the handlers' order, upstream's reasons and
+//! messages, and the rejected pod's status and event.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kubelet_test_util::RecordingRecorder;
+use serde_json::json;
+
+use super::*;
+
+fn node(extra: serde_json::Value) -> Node {
+    let mut n = json!({
+        "metadata": {"name": "node-1", "labels": {"kubernetes.io/os": "linux", "disk": "ssd"}},
+        "spec": {},
+        "status": {"allocatable": {"pods": "3", "cpu": "2", "memory": "1Gi", "ephemeral-storage": "10Gi"}}
+    });
+    if let (Some(n), Some(e)) = (n.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            n.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(n).expect("node")
+}
+
+fn pod(spec: serde_json::Value) -> Pod {
+    let mut spec = spec;
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "image": "i"}]);
+    }
+    serde_json::from_value(
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}),
+    )
+    .expect("pod")
+}
+
+fn admitter(n: Node, apparmor: bool) -> (PodAdmitter, Arc<RecordingRecorder>) {
+    let rec = Arc::new(RecordingRecorder::default());
+    let a = PodAdmitter::new(
+        Arc::new(NodeCache::new(n, None)),
+        sysctl::Allowlist::new((6, 1), &[]).expect("allowlist"),
+        apparmor,
+        rec.clone(),
+    );
+    (a, rec)
+}
+
+#[test]
+fn each_rejection_has_upstreams_reason_and_message() {
+    let (a, _) = admitter(node(json!({})), false);
+    let cases = [
+        (
+            json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}),
+            "OutOfcpu",
+            "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000",
+        ),
+        (
+            json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"memory": "2Gi"}}}]}),
+            "OutOfmemory",
+            "Node didn't have enough resource: memory, requested: 2147483648, used: 0, capacity: 1073741824",
+        ),
+        (
+            json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"ephemeral-storage": "11Gi"}}}]}),
+            "OutOfephemeral-storage",
+            "Node didn't have enough resource: ephemeral-storage, requested: 11811160064, used: 0, capacity: 10737418240",
+        ),
+        (
+            json!({"nodeSelector": {"disk": "hdd"}}),
+            "NodeAffinity",
+            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+        ),
+        (
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "NotIn", "values": ["ssd"]}]}]}}}}),
+            "NodeAffinity",
+            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+        ),
+        (
+            json!({"nodeName": "other-node"}),
+            "NodeName",
+            "Predicate NodeName failed: node(s) didn't match the requested node name",
+        ),
+        (
+            json!({"os": {"name": "windows"}}),
+            "PodOSNotSupported",
+            "Failed to admit pod as the OS field doesn't match node OS",
+        ),
+        (
+            json!({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}),
+            "SysctlForbidden",
+            "forbidden sysctl: \"kernel.msgmax\" not allowlisted",
+        ),
+        (
+            json!({"containers": [{"name": "c", "image": "i", "securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}}}]}),
+            "AppArmor",
+            "Cannot enforce AppArmor: AppArmor is not enabled on the host",
+        ),
+    ];
+    for (spec, reason, message) in cases {
+        let r = a.admit(&pod(spec.clone()), &[]).expect_err(reason);
+        assert_eq!((r.0.as_str(), r.1.as_str()), (reason, message), "{spec}");
+    }
+    // A matching selector and affinity, an allowed sysctl, an unconfined profile: admitted.
+    let ok = pod(json!({"nodeSelector": {"disk": "ssd"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["hdd"]}]},
+            {"matchExpressions": [{"key": "disk", "operator": "Exists"}], "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}},
+        "securityContext": {"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}],
+                            "appArmorProfile": {"type": "Unconfined"}}}));
+    assert_eq!(a.admit(&ok, &[]), Ok(()));
+}
+
+#[test]
+fn the_os_label_must_match_the_node() {
+    let (a, _) = admitter(node(json!({})), false);
+    let mut p = pod(json!({}));
+    p.metadata.labels = Some([("kubernetes.io/os".to_string(), "windows".to_string())].into());
+    let r = a.admit(&p, &[]).expect_err("os label");
+    assert_eq!(r.0, "PodOSSelectorNodeLabelDoesNotMatch");
+}
+
+#[test]
+fn used_resources_pods_and_host_ports_count_the_admitted_pods() {
+    let (a, _) = admitter(node(json!({})), false);
+    let running = pod(json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "1500m"}},
+        "ports": [{"containerPort": 80, "hostPort": 8080}]}]}));
+    let want_cpu = pod(
+        json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}),
+    );
+    let r = a.admit(&want_cpu, &[&running]).expect_err("cpu used");
+    assert_eq!(
+        r.1,
+        "Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000"
+    );
+    let same_port = pod(json!({"containers": [{"name": "c", "image": "i",
+        "ports": [{"containerPort": 81, "hostPort": 8080, "hostIP": "127.0.0.1"}]}]}));
+    let r = a.admit(&same_port, &[&running]).expect_err("port");
+    assert_eq!(
+        r,
+        (
+            "NodePorts".to_string(),
+            "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports".to_string()
+        )
+    );
+    let udp = pod(json!({"containers": [{"name": "c", "image": "i",
+        "ports": [{"containerPort": 81, "hostPort": 8080, "protocol": "UDP"}]}]}));
+    assert_eq!(
+        a.admit(&udp, &[&running]),
+        Ok(()),
+        "another protocol is another port"
+    );
+    let full = [&running, &running, &running];
+    let r = a.admit(&pod(json!({})), &full).expect_err("pods");
+    assert_eq!(
+        r,
+        (
+            "OutOfpods".to_string(),
+            "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
+                .to_string()
+        )
+    );
+}
+
+#[test]
+fn untolerated_no_execute_taints_reject_all_but_static_pods() {
+    let tainted = node(json!({"spec": {"taints": [
+        {"key": "dedicated", "value": "db", "effect": "NoExecute"},
+        {"key": "noisy", "effect": "NoSchedule"}]}}));
+    let (a, rec) = admitter(tainted, false);
+    let p = pod(json!({}));
+    let r = a.admit(&p, &[]).expect_err("taint");
+    assert_eq!(
+        r,
+        (
+            "TaintToleration".to_string(),
+            "Predicate TaintToleration failed: node(s) had untolerated taint".to_string()
+        )
+    );
+    let tolerating = pod(
+        json!({"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoExecute"}]}),
+    );
+    assert_eq!(
+        a.admit(&tolerating, &[]),
+        Ok(()),
+        "NoSchedule taints are the scheduler's"
+    );
+    let mut static_pod = pod(json!({}));
+    static_pod.metadata.annotations = Some(
+        [(
+            "kubernetes.io/config.source".to_string(),
+            "file".to_string(),
+        )]
+        .into(),
+    );
+    assert_eq!(a.admit(&static_pod, &[]), Ok(()));
+
+    // The rejected pod: Failed, upstream's message, and a Warning event.
+    let s = a.reject(&p, &r);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("TaintToleration"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was rejected: Predicate TaintToleration failed: node(s) had untolerated taint")
+    );
+    let events = rec.events.lock().clone();
+    assert!(
+        events.iter().any(|(reason, _)| reason == "TaintToleration"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn sidecars_add_to_every_later_init_step_and_the_sum() {
+    let p = pod(json!({
+        "initContainers": [
+            {"name": "init1", "image": "i", "resources": {"requests": {"cpu": "2"}}},
+            {"name": "side", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+            {"name": "init2", "image": "i", "resources": {"requests": {"cpu": "1"}}}],
+        "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}],
+        "overhead": {"cpu": "100m"}
+    }));
+    // max(app 1 + sidecar 0.5 = 1.5, init1 2, init2 1 + 0.5) = 2, plus overhead.
+    assert_eq!(predicate::pod_requests(&p).get("cpu"), Some(&2100));
+}
