@@ -5,6 +5,7 @@
 //! containers keep running and are adopted by the next start.
 
 mod cluster;
+mod cm;
 mod pods;
 mod server;
 mod spawn;
@@ -19,6 +20,7 @@ use kubelet_config::KubeletConfig;
 use kubelet_node::nodestatus::machine::MachineInfo;
 use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
 use kubelet_server::healthz::Checks;
+use kubelet_types::events::Recorder;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -53,6 +55,8 @@ pub struct App {
     /// Node allocatable, for Memory emptyDirs and the downward API.
     allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// QoS, pod and node allocatable cgroups (`app::cm`).
+    container_manager: Arc<kubelet_cm::ContainerManager>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -105,7 +109,7 @@ impl App {
             &kubelet_node::nodestatus::setters::capacity(&machine, cfg.max_pods),
             &cfg.cluster,
         );
-        let rcfg = RuntimeConfig {
+        let mut rcfg = RuntimeConfig {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
             cluster_dns: cfg.cluster_dns.clone(),
@@ -115,7 +119,11 @@ impl App {
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(machine.memory_bytes).unwrap_or(i64::MAX),
             runtime_handler: String::new(),
+            ..RuntimeConfig::default()
         };
+        let container_manager = cm::start(&cfg, &machine, &mut rcfg)
+            .await
+            .map_err(|_| AppError::Cluster("Failed to start ContainerManager"))?;
         // Learn the runtime's name and version before any pod syncs; a runtime
         // that is down is retried by the runtime state's own loop.
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
@@ -175,6 +183,7 @@ impl App {
             http,
             metrics,
             allocatable,
+            container_manager,
         })
     }
 
@@ -199,6 +208,14 @@ impl App {
             allocatable: self.allocatable.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
+        let recorder = (self.cluster.as_ref()).map(|c| c.recorder.clone() as Arc<dyn Recorder>);
+        cm::spawn(
+            &self.container_manager,
+            running.pods.clone(),
+            recorder,
+            &tasks,
+            &stop,
+        );
 
         let runtime = Arc::new(self.remote.clone());
         spawn_in(
