@@ -208,7 +208,10 @@ impl App {
             allocatable: self.allocatable.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
-        let recorder = (self.cluster.as_ref()).map(|c| c.recorder.clone() as Arc<dyn Recorder>);
+        let recorder = self
+            .cluster
+            .as_ref()
+            .map(|c| c.recorder.clone() as Arc<dyn Recorder>);
         cm::spawn(
             &self.container_manager,
             running.pods.clone(),
