@@ -235,6 +235,48 @@ impl ContainerManager {
         blocking(&self.root, move || qos.update_cgroups(&pods)).await
     }
 
+    /// Removes the cgroups of pods on disk that are not in `possibly_running`
+    /// (upstream `Kubelet.cleanupOrphanedPodCgroups`, called from
+    /// housekeeping with the UIDs of pods whose workers have not finished,
+    /// and of pods whose volumes are still mounted): cpu.shares go to the
+    /// minimum first, then what is left in the cgroup is killed and it is
+    /// removed. Returns the UIDs whose cgroups were removed.
+    pub async fn cleanup_orphaned_pod_cgroups(
+        &self,
+        possibly_running: std::collections::HashSet<String>,
+    ) -> Vec<String> {
+        if !self.manages_cgroups() {
+            return vec![];
+        }
+        let (pods, cgroups) = (self.pods.clone(), self.cgroups.clone());
+        let r = blocking(&self.root, move || {
+            let mut removed = vec![];
+            for (uid, name) in pods.all_pods_from_cgroups() {
+                if possibly_running.contains(&uid) {
+                    continue;
+                }
+                info!(pod.uid = %uid, "Orphaned pod found, removing pod cgroups");
+                let min = crate::ResourceConfig {
+                    cpu_shares: Some(crate::helpers::MIN_SHARES),
+                    ..Default::default()
+                };
+                if let Err(e) = cgroups.update(&name, &min) {
+                    warn!(pod.uid = %uid, error = %e, "Failed to reduce cpu time for pod pending volume cleanup");
+                }
+                match pods.destroy(&name) {
+                    Ok(()) => removed.push(uid),
+                    Err(e) => warn!(pod.uid = %uid, error = %e, "Failed to destroy orphaned pod cgroup"),
+                }
+            }
+            Ok(removed)
+        })
+        .await;
+        r.unwrap_or_else(|e| {
+            warn!(error = %e, "Orphaned pod cgroup cleanup did not complete");
+            vec![]
+        })
+    }
+
     /// Enforces node allocatable until it sticks (retrying every minute, as
     /// upstream) and updates the QoS tiers every minute, until `stop`.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {

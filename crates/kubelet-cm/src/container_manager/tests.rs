@@ -175,3 +175,28 @@ async fn wait_for(events: &Events, n: usize) {
     }
     panic!("expected {n} events, have {:?}", events.0.lock());
 }
+
+#[tokio::test]
+async fn orphaned_pod_cgroups_are_removed_and_running_ones_kept() {
+    let mnt = tempfile::tempdir().expect("tempdir");
+    let subs = CgroupSubsystems::v1(mnt.path(), &["cpu", "memory"]);
+    let cm = ContainerManager::new(cfg("/"), subs, vec![]);
+    for ctl in ["cpu", "memory"] {
+        for pod in [
+            "kubepods/podkeep",
+            "kubepods/burstable/podgone",
+            "kubepods/besteffort/notapod",
+        ] {
+            std::fs::create_dir_all(mnt.path().join(ctl).join(pod)).expect("mkdir");
+        }
+    }
+    let keep = std::collections::HashSet::from(["keep".to_string()]);
+    assert_eq!(cm.cleanup_orphaned_pod_cgroups(keep).await, vec!["gone"]);
+    assert!(!mnt.path().join("cpu/kubepods/burstable/podgone").exists());
+    assert!(mnt.path().join("memory/kubepods/podkeep").is_dir());
+    assert!(
+        mnt.path()
+            .join("memory/kubepods/besteffort/notapod")
+            .is_dir()
+    );
+}
