@@ -18,7 +18,7 @@ use kubelet_types::CgroupDriver;
 use kubelet_types::events::{EventType, Recorder, node_ref};
 use kubelet_types::quantity::Quantity;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cgroup_manager::CgroupManager;
 use crate::cgroup_name::CgroupName;
@@ -333,14 +333,19 @@ impl PodContainerManager for ContainerManager {
         let pods = self.pods.clone();
         let uid = pod_uid.to_string();
         let name = self.root.child(&format!("pod{uid}"));
-        blocking(&name, move || {
+        let r = blocking(&name, move || {
             // The pod may be gone from the pod manager: find its tier on disk.
             match pods.all_pods_from_cgroups().remove(&uid) {
                 Some(found) => pods.destroy(&found),
                 None => Ok(()),
             }
         })
-        .await
+        .await;
+        // The tiers no longer count the pod (upstream `killPod` updates them).
+        if let Err(e) = self.update_qos_cgroups().await {
+            debug!(error = %e, "Failed to update QoS cgroups while killing pod");
+        }
+        r
     }
 
     fn cgroup_parent(&self, pod: &Pod) -> String {

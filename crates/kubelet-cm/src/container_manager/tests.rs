@@ -111,7 +111,6 @@ async fn pod_cgroup_exists_before_the_sandbox_and_goes_with_the_pod() {
     active.lock().clear();
     cm.destroy("b1").await.expect("destroy");
     assert!(!dir("cpu").exists());
-    cm.update_qos_cgroups().await.expect("update");
     assert_eq!(
         read(mnt.path().join("cpu/kubepods/burstable/cpu.shares")),
         "2"
