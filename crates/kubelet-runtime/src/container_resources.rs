@@ -1,47 +1,41 @@
 //! Container resources for CRI (upstream `kuberuntime_container_linux.go`
-//! `generateLinuxContainerResources`, `cm/helpers_linux.go` `MilliCPUToShares`
-//! and `qos/policy.go` `GetContainerOOMScoreAdjust`): cpu shares, CFS quota
-//! and period, memory limit and the OOM score adjustment of one container.
+//! `generateLinuxContainerResources`, `calculateLinuxResources` and
+//! `GetHugepageLimitsFromResources`, with `cm/helpers_linux.go` and
+//! `qos/policy.go` from [`kubelet_cm`]): cpu shares, CFS quota and period,
+//! memory limit, huge page limits and the OOM score adjustment of one
+//! container. (Swap, MemoryQoS and pod-level resources are not done.)
 
 use cri::pb;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_cm::helpers::{
+    hugepage_size_from_resource, hugepage_unit_size, milli_cpu_to_quota, milli_cpu_to_shares,
+    resource_list,
+};
+use kubelet_cm::policy::container_oom_score_adjust;
 
-use crate::quantity::{parse_bytes, parse_milli_cpu};
 use crate::runtime_config::RuntimeConfig;
-use kubelet_types::qos::{QosClass, pod_qos};
-use kubelet_types::quantity::Quantity;
 
-const CPU_PERIOD: i64 = 100_000;
-const MIN_SHARES: i64 = 2;
-
-/// Upstream `milliCPUToShares`.
-fn milli_cpu_to_shares(milli: i64) -> i64 {
-    if milli == 0 {
-        return MIN_SHARES;
-    }
-    (milli * 1024 / 1000).max(MIN_SHARES)
-}
-
-/// OOM score adjustment by QoS (upstream `qos.GetContainerOOMScoreAdjust`).
-fn oom_score_adj(p: &Pod, c: &Container, machine_memory: i64) -> i64 {
-    match pod_qos(p) {
-        QosClass::Guaranteed => -997,
-        QosClass::BestEffort => 1000,
-        QosClass::Burstable => {
-            let req = c
-                .resources
-                .as_ref()
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|r| r.get("memory"))
-                .and_then(|q| Quantity::from_api(q).ok())
-                .map_or(0, |q| q.value());
-            if machine_memory <= 0 {
-                return 999;
-            }
-            let adj = 1000 - (1000 * req) / machine_memory;
-            adj.clamp(3, 999)
-        }
-    }
+/// One hugepage limit per host page size: 0, or the container's
+/// `hugepages-<size>` limit (upstream `GetHugepageLimitsFromResources`).
+fn hugepage_limits(cfg: &RuntimeConfig, c: &Container) -> Vec<pb::HugepageLimit> {
+    let limits = resource_list(c.resources.as_ref().and_then(|r| r.limits.as_ref()));
+    let wanted: Vec<(String, u64)> = limits
+        .iter()
+        .filter_map(|(k, v)| {
+            let size = hugepage_unit_size(hugepage_size_from_resource(k)?)?;
+            Some((size, u64::try_from(v.value()).unwrap_or(0)))
+        })
+        .collect();
+    cfg.hugepage_sizes
+        .iter()
+        .map(|size| pb::HugepageLimit {
+            page_size: size.clone(),
+            limit: wanted
+                .iter()
+                .find(|(s, _)| s == size)
+                .map_or(0, |(_, l)| *l),
+        })
+        .collect()
 }
 
 pub(crate) fn resources(
@@ -50,31 +44,130 @@ pub(crate) fn resources(
     c: &Container,
 ) -> pb::LinuxContainerResources {
     let res = c.resources.as_ref();
-    let get = |m: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >,
-               k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
-    let limits = res.and_then(|r| r.limits.as_ref());
-    let requests = res.and_then(|r| r.requests.as_ref());
-    let cpu_limit = get(limits, "cpu").and_then(|q| parse_milli_cpu(&q));
-    let cpu_request = get(requests, "cpu")
-        .and_then(|q| parse_milli_cpu(&q))
-        .or(cpu_limit);
-    let mem_limit = get(limits, "memory")
-        .and_then(|q| parse_bytes(&q))
-        .unwrap_or(0);
+    let requests = resource_list(res.and_then(|r| r.requests.as_ref()));
+    let limits = resource_list(res.and_then(|r| r.limits.as_ref()));
+    let cpu_limit = limits.get("cpu").map_or(0, |q| q.milli_value());
+    // A request defaults to the limit (the apiserver does this for new
+    // pods; upstream repeats it for old ones).
+    let cpu_request = match (requests.get("cpu"), limits.get("cpu")) {
+        (None, Some(l)) => l.milli_value(),
+        (r, _) => r.map_or(0, |q| q.milli_value()),
+    };
     let mut out = pb::LinuxContainerResources {
-        cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(0)),
-        memory_limit_in_bytes: mem_limit,
-        oom_score_adj: oom_score_adj(p, c, cfg.machine_memory_bytes),
+        cpu_shares: i64::try_from(milli_cpu_to_shares(cpu_request)).unwrap_or(i64::MAX),
+        memory_limit_in_bytes: limits.get("memory").map_or(0, |q| q.value()),
+        oom_score_adj: container_oom_score_adjust(p, c, cfg.machine_memory_bytes),
+        hugepage_limits: hugepage_limits(cfg, c),
         ..Default::default()
     };
-    if let Some(m) = cpu_limit {
-        out.cpu_period = CPU_PERIOD;
-        out.cpu_quota = (m * CPU_PERIOD / 1000).max(1000);
+    if cfg.cfs.enforce_cpu_limits {
+        // With cpuCFSQuota the period is always set; a container without a
+        // CPU limit gets quota 0, which the runtime leaves unlimited.
+        let period = cfg.cfs.quota_period();
+        out.cpu_period = period;
+        out.cpu_quota = milli_cpu_to_quota(cpu_limit, period);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubelet_cm::CfsSettings;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("pod")
+    }
+
+    fn cfg() -> RuntimeConfig {
+        RuntimeConfig {
+            machine_memory_bytes: 10 << 30,
+            hugepage_sizes: vec!["1GB".into(), "2MB".into()],
+            ..RuntimeConfig::default()
+        }
+    }
+
+    fn first(p: &Pod) -> &Container {
+        &p.spec.as_ref().expect("spec").containers[0]
+    }
+
+    #[test]
+    fn guaranteed_container_gets_shares_quota_memory_and_hugepages() {
+        let p = pod(
+            serde_json::json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a",
+            "resources": {"limits": {"cpu": "250m", "memory": "64Mi", "hugepages-2Mi": "4Mi"},
+                          "requests": {"cpu": "250m", "memory": "64Mi", "hugepages-2Mi": "4Mi"}}}]}}),
+        );
+        let r = resources(&cfg(), &p, first(&p));
+        assert_eq!(r.cpu_shares, 256);
+        assert_eq!((r.cpu_quota, r.cpu_period), (25_000, 100_000));
+        assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+        assert_eq!(r.oom_score_adj, -997);
+        assert_eq!(
+            r.hugepage_limits,
+            vec![
+                pb::HugepageLimit {
+                    page_size: "1GB".into(),
+                    limit: 0
+                },
+                pb::HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 4 << 20
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn cfs_quota_follows_cpu_cfs_quota_and_its_period() {
+        let p = pod(
+            serde_json::json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a",
+            "resources": {"limits": {"cpu": "500m"}}}]}}),
+        );
+        let mut c = cfg();
+        let r = resources(&c, &p, first(&p));
+        assert_eq!(r.cpu_shares, 512, "the request defaults to the limit");
+        assert_eq!((r.cpu_quota, r.cpu_period), (50_000, 100_000));
+        c.cfs = CfsSettings {
+            enforce_cpu_limits: false,
+            ..CfsSettings::default()
+        };
+        let r = resources(&c, &p, first(&p));
+        assert_eq!(
+            (r.cpu_quota, r.cpu_period),
+            (0, 0),
+            "cpuCFSQuota off: no quota"
+        );
+        // The period only moves with the CustomCPUCFSQuotaPeriod gate.
+        c.cfs = CfsSettings {
+            period_us: 50_000,
+            ..CfsSettings::default()
+        };
+        assert_eq!(resources(&c, &p, first(&p)).cpu_period, 100_000);
+        c.cfs.custom_period = true;
+        let r = resources(&c, &p, first(&p));
+        assert_eq!((r.cpu_quota, r.cpu_period), (25_000, 50_000));
+    }
+
+    #[test]
+    fn best_effort_and_burstable_scores() {
+        let be = pod(
+            serde_json::json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}}),
+        );
+        let r = resources(&cfg(), &be, first(&be));
+        assert_eq!(
+            (r.cpu_shares, r.oom_score_adj, r.memory_limit_in_bytes),
+            (2, 1000, 0)
+        );
+        assert_eq!(
+            (r.cpu_quota, r.cpu_period),
+            (0, 100_000),
+            "period set, quota unlimited"
+        );
+        let b = pod(
+            serde_json::json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a",
+            "resources": {"requests": {"memory": "1Gi"}}}]}}),
+        );
+        assert_eq!(resources(&cfg(), &b, first(&b)).oom_score_adj, 900);
+    }
 }

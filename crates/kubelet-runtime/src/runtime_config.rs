@@ -1,10 +1,13 @@
 //! Node-level settings of the runtime manager (the `KubeletConfiguration`
 //! fields upstream's `kuberuntime` reads: pod log and root directories, DNS,
-//! cgroup driver and root, runtime handler).
+//! cgroup driver and root, QoS cgroups and CFS settings, runtime handler).
 
 use std::path::PathBuf;
 
+use kubelet_cm::CfsSettings;
 use kubelet_types::CgroupDriver;
+
+use crate::cgroups::PodCgroupsHandle;
 
 /// Node-level settings the runtime manager needs.
 #[derive(Clone, Debug)]
@@ -23,6 +26,18 @@ pub struct RuntimeConfig {
     pub cgroup_driver: CgroupDriver,
     /// `cgroupRoot` (default `/`).
     pub cgroup_root: String,
+    /// `cgroupsPerQOS` (default true): pods get `kubepods[/<qos>]/pod<uid>`
+    /// as their cgroup parent; off, the runtime's default.
+    pub cgroups_per_qos: bool,
+    /// `cpuCFSQuota`, `cpuCFSQuotaPeriod` and the `CustomCPUCFSQuotaPeriod` gate.
+    pub cfs: CfsSettings,
+    /// The host's huge page sizes (`2MB`, `1GB`): each container gets a
+    /// limit for every size, 0 unless it asks for that size.
+    pub hugepage_sizes: Vec<String>,
+    /// The kubelet's pod cgroups (upstream `cm.PodContainerManager`): the
+    /// pod's cgroup is made before its sandbox and removed with the pod.
+    /// `None` (tests, tools): the runtime creates the cgroup path itself.
+    pub pod_cgroups: Option<PodCgroupsHandle>,
     /// Node memory, for Burstable OOM score adjustment.
     pub machine_memory_bytes: i64,
     /// CRI runtime handler for sandboxes ("" = default).
@@ -39,6 +54,10 @@ impl Default for RuntimeConfig {
             resolv_conf: "/etc/resolv.conf".into(),
             cgroup_driver: CgroupDriver::Cgroupfs,
             cgroup_root: "/".into(),
+            cgroups_per_qos: true,
+            cfs: CfsSettings::default(),
+            hugepage_sizes: vec![],
+            pod_cgroups: None,
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
         }

@@ -28,26 +28,30 @@ pub fn qos_class(p: &Pod) -> &'static str {
     pod_qos(p).as_str()
 }
 
-/// The pod's cgroup parent under `cgroupRoot`, in the driver's syntax.
+/// The pod's cgroup parent under `cgroupRoot`, in the driver's syntax
+/// (upstream `GetPodCgroupParent`): the container manager's answer when the
+/// kubelet has one, else the same name computed here; "" (the runtime's
+/// default) without `cgroupsPerQOS`. Guaranteed pods sit directly under
+/// `kubepods`, the others under their class. For systemd this is the pod's
+/// slice unit (`kubepods-burstable-pod<uid_>.slice`), which containerd
+/// takes as the parent.
 pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
-    let uid = pod::uid(p);
-    // Guaranteed pods sit directly under kubepods; the others under their class.
-    let qos = match pod_qos(p) {
-        QosClass::Guaranteed => None,
-        QosClass::Burstable => Some("burstable"),
-        QosClass::BestEffort => Some("besteffort"),
-    };
-    if cfg.cgroup_driver == CgroupDriver::Systemd {
-        let uid = uid.replace('-', "_");
-        return match qos {
-            None => format!("kubepods-pod{uid}.slice"),
-            Some(q) => format!("kubepods-{q}-pod{uid}.slice"),
-        };
+    if let Some(pcm) = &cfg.pod_cgroups {
+        return pcm.0.cgroup_parent(p);
     }
-    let root = cfg.cgroup_root.trim_end_matches('/');
-    match qos {
-        None => format!("{root}/kubepods/pod{uid}"),
-        Some(q) => format!("{root}/kubepods/{q}/pod{uid}"),
+    if !cfg.cgroups_per_qos {
+        return String::new();
+    }
+    let kubepods = kubelet_cm::CgroupName::parse_cgroupfs(&cfg.cgroup_root).child("kubepods");
+    let parent = match pod_qos(p) {
+        QosClass::Guaranteed => kubepods,
+        QosClass::Burstable => kubepods.child("burstable"),
+        QosClass::BestEffort => kubepods.child("besteffort"),
+    };
+    let name = parent.child(&format!("pod{}", pod::uid(p)));
+    match cfg.cgroup_driver {
+        CgroupDriver::Systemd => name.to_systemd_slice(),
+        CgroupDriver::Cgroupfs => name.to_cgroupfs(),
     }
 }
 

@@ -3,18 +3,12 @@
 //! `kubelet_pods.go`): dead sandboxes, old container instances, and every
 //! trace of a pod that is gone.
 
-use std::path::Path;
-
 use cri::pb;
-use kubelet_types::CgroupDriver;
 use tracing::{info, warn};
 
 use super::KubeRuntimeManager;
 use crate::Result;
 use crate::pod_status::{ContainerState, PodStatus};
-
-/// Where the cgroup hierarchies are mounted.
-const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 
 impl KubeRuntimeManager {
     /// Removes sandboxes that are not ready, not the newest, and hold no
@@ -69,16 +63,7 @@ impl KubeRuntimeManager {
                 Err(e) => return Err(e.into()),
             }
         }
-        if self.cfg.cgroup_driver == CgroupDriver::Cgroupfs {
-            let (root, uid) = (self.cfg.cgroup_root.clone(), status.uid.clone());
-            // Directory removal is blocking IO: off the async runtime.
-            let removal = tokio::task::spawn_blocking(move || {
-                crate::cgroups::remove_pod_cgroups(Path::new(CGROUP_MOUNT), &root, &uid)
-            });
-            if let Err(e) = removal.await {
-                warn!(error = %e, "Pod cgroup removal did not run");
-            }
-        }
+        crate::cgroups::destroy_pod_cgroups(&self.cfg, &status.uid).await;
         let data = crate::termination::pod_dir(&self.cfg.root_dir, &status.uid);
         if let Err(e) = tokio::fs::remove_dir_all(&data).await
             && e.kind() != std::io::ErrorKind::NotFound

@@ -52,6 +52,7 @@ impl KubeRuntimeManager {
                 context: format!("create pod log directory {}", dir.display()),
                 source,
             })?;
+        crate::cgroups::ensure_pod_cgroup(&self.cfg, self.recorder.as_ref(), p).await?;
         info!(attempt = a.attempt, "Creating pod sandbox");
         let id = self
             .runtime

@@ -6,6 +6,7 @@
 
 mod admission;
 mod cluster;
+mod cm;
 mod pods;
 mod probes;
 mod server;
@@ -21,6 +22,7 @@ use kubelet_config::KubeletConfig;
 use kubelet_node::nodestatus::machine::MachineInfo;
 use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
 use kubelet_server::healthz::Checks;
+use kubelet_types::events::Recorder;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -62,6 +64,8 @@ pub struct App {
     cri: Arc<dyn cri::RuntimeService>,
     /// The sysctl allowlist and whether the host has AppArmor, for admission.
     admission: (crate::lifecycle::sysctl::Allowlist, bool),
+    /// QoS, pod and node allocatable cgroups (`app::cm`).
+    container_manager: Arc<kubelet_cm::ContainerManager>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -114,7 +118,7 @@ impl App {
             &kubelet_node::nodestatus::setters::capacity(&machine, cfg.max_pods),
             &cfg.cluster,
         );
-        let rcfg = RuntimeConfig {
+        let mut rcfg = RuntimeConfig {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
             cluster_dns: cfg.cluster_dns.clone(),
@@ -124,7 +128,11 @@ impl App {
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(machine.memory_bytes).unwrap_or(i64::MAX),
             runtime_handler: String::new(),
+            ..RuntimeConfig::default()
         };
+        let container_manager = cm::start(&cfg, &machine, &mut rcfg)
+            .await
+            .map_err(|_| AppError::Cluster("Failed to start ContainerManager"))?;
         // Learn the runtime's name and version before any pod syncs; a runtime
         // that is down is retried by the runtime state's own loop.
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
@@ -194,6 +202,7 @@ impl App {
             probe_results,
             cri,
             admission,
+            container_manager,
         })
     }
 
@@ -225,6 +234,17 @@ impl App {
             latest_node: latest_node_rx,
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
+        let recorder = self
+            .cluster
+            .as_ref()
+            .map(|c| c.recorder.clone() as Arc<dyn Recorder>);
+        cm::spawn(
+            &self.container_manager,
+            running.pods.clone(),
+            recorder,
+            &tasks,
+            &stop,
+        );
 
         let runtime = Arc::new(self.remote.clone());
         spawn_in(

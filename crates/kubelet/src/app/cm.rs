@@ -1,0 +1,193 @@
+//! The container manager at start (upstream `cmd/kubelet/app/server.go`
+//! building `cm.NodeConfig` and `NewContainerManager`, and
+//! `Kubelet.initializeRuntimeDependentModules` starting it): reads the
+//! cgroup settings, checks `cgroupRoot`, creates `kubepods` with node
+//! allocatable and the QoS tiers, hands pod cgroups to the runtime manager,
+//! and keeps the tiers current while the kubelet runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use kubelet_cm::node_container_manager::{ENFORCE_PODS, PIDS, host_max_pids};
+use kubelet_cm::{CfsSettings, CgroupSubsystems, ContainerManager, NodeConfig};
+use kubelet_config::{KubeletConfig, SettingValue};
+use kubelet_node::nodestatus::machine::MachineInfo;
+use kubelet_runtime::RuntimeConfig;
+use kubelet_runtime::cgroups::PodCgroupsHandle;
+use kubelet_types::quantity::{Format, Quantity};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info_span};
+
+use super::spawn::spawn_in;
+use crate::pod_manager::PodManager;
+
+/// Feature gate that lets `cpuCFSQuotaPeriod` move the quota's period.
+const CUSTOM_CFS_PERIOD_GATE: &str = "CustomCPUCFSQuotaPeriod";
+
+fn bool_setting(cfg: &KubeletConfig, key: &str, default: bool) -> bool {
+    match cfg.settings.get(key) {
+        Some(SettingValue::Bool(b)) => *b,
+        _ => default,
+    }
+}
+
+fn quantities(m: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    m.iter()
+        .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
+        .collect()
+}
+
+/// The container manager's settings from the kubelet's configuration
+/// (upstream defaults: `cgroupsPerQOS` true, `cpuCFSQuota` true,
+/// `cpuCFSQuotaPeriod` 100ms, `podPidsLimit` -1, `enforceNodeAllocatable` [pods]).
+pub fn node_config(
+    cfg: &KubeletConfig,
+    machine: &MachineInfo,
+    max_pids: Option<i64>,
+) -> NodeConfig {
+    let period_us = match cfg.settings.get("cpuCFSQuotaPeriod") {
+        Some(SettingValue::Duration(d)) => d.as_nanos() / 1000,
+        _ => kubelet_cm::helpers::QUOTA_PERIOD,
+    };
+    let pod_pids_limit = match cfg.settings.get("podPidsLimit") {
+        Some(SettingValue::Int(i)) => *i,
+        _ => -1,
+    };
+    let enforce_node_allocatable = match cfg.settings.get("enforceNodeAllocatable") {
+        Some(SettingValue::List(l)) => l.clone(),
+        _ => vec![ENFORCE_PODS.to_string()],
+    };
+    let mut capacity = BTreeMap::new();
+    capacity.insert(
+        "cpu".to_string(),
+        Quantity::new(
+            i64::try_from(machine.num_cores).unwrap_or(0),
+            Format::DecimalSI,
+        ),
+    );
+    let huge: u64 = machine.hugepages.iter().map(|(_, b)| b).sum();
+    capacity.insert(
+        "memory".to_string(),
+        Quantity::new(
+            i64::try_from(machine.memory_bytes.saturating_sub(huge)).unwrap_or(i64::MAX),
+            Format::BinarySI,
+        ),
+    );
+    if let Some(p) = max_pids {
+        capacity.insert(PIDS.to_string(), Quantity::new(p, Format::DecimalSI));
+    }
+    NodeConfig {
+        node_name: cfg.node_name.clone(),
+        cgroup_driver: cfg.cgroup_driver,
+        cgroup_root: cfg.cgroup_root.clone(),
+        cgroups_per_qos: bool_setting(cfg, "cgroupsPerQOS", true),
+        cfs: CfsSettings {
+            enforce_cpu_limits: bool_setting(cfg, "cpuCFSQuota", true),
+            period_us,
+            custom_period: cfg
+                .feature_gates
+                .get(CUSTOM_CFS_PERIOD_GATE)
+                .copied()
+                .unwrap_or(false),
+        },
+        pod_pids_limit,
+        enforce_node_allocatable,
+        capacity,
+        kube_reserved: quantities(&cfg.cluster.kube_reserved),
+        system_reserved: quantities(&cfg.cluster.system_reserved),
+    }
+}
+
+/// Builds and starts the container manager, and points `rcfg` at it
+/// (pod cgroups, CFS settings, huge page sizes, `cgroupsPerQOS`). An error
+/// stops the kubelet, as upstream's "Failed to start ContainerManager".
+pub async fn start(
+    cfg: &KubeletConfig,
+    machine: &MachineInfo,
+    rcfg: &mut RuntimeConfig,
+) -> Result<Arc<ContainerManager>, kubelet_cm::CgroupError> {
+    // Reads /proc and /sys: off the async runtime.
+    let probe = tokio::task::spawn_blocking(|| {
+        (
+            CgroupSubsystems::detect(),
+            kubelet_cm::helpers::host_hugepage_sizes(Path::new("/sys/kernel/mm/hugepages")),
+            host_max_pids(Path::new("/proc/sys/kernel")),
+        )
+    })
+    .await;
+    let (subsystems, hugepage_sizes, max_pids) =
+        probe.map_err(|e| kubelet_cm::CgroupError::Incomplete {
+            name: "/".into(),
+            reason: e.to_string(),
+        })?;
+    let node = node_config(cfg, machine, max_pids);
+    let cm = Arc::new(ContainerManager::new(
+        node.clone(),
+        subsystems?,
+        hugepage_sizes.clone(),
+    ));
+    if let Err(e) = cm.start().await {
+        error!(error = %e, "Failed to start ContainerManager");
+        return Err(e);
+    }
+    rcfg.cgroups_per_qos = node.cgroups_per_qos;
+    rcfg.cfs = node.cfs;
+    rcfg.hugepage_sizes = hugepage_sizes;
+    rcfg.pod_cgroups = Some(PodCgroupsHandle(cm.clone()));
+    Ok(cm)
+}
+
+/// Keeps the QoS tiers current with the desired pods and enforces node
+/// allocatable, until `stop`.
+pub fn spawn(
+    cm: &Arc<ContainerManager>,
+    pods: PodManager,
+    recorder: Option<Arc<dyn kubelet_types::events::Recorder>>,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) {
+    cm.set_active_pods(Arc::new(move || pods.get_pods()));
+    if let Some(r) = recorder {
+        cm.set_recorder(r);
+    }
+    spawn_in(
+        tasks,
+        info_span!("container_manager"),
+        cm.clone().run(stop.child_token()),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_map_to_the_node_config_with_upstream_defaults() {
+        let mut cfg =
+            KubeletConfig::resolve(&kubelet_config::Flags::default(), None, "n1").expect("config");
+        let machine = MachineInfo {
+            num_cores: 2,
+            memory_bytes: 4 << 30,
+            ..Default::default()
+        };
+        let n = node_config(&cfg, &machine, Some(4096));
+        assert!(n.cgroups_per_qos);
+        assert_eq!(n.cfs, CfsSettings::default());
+        assert_eq!(n.pod_pids_limit, -1);
+        assert_eq!(n.enforce_node_allocatable, vec!["pods"]);
+        assert_eq!(n.capacity["cpu"].milli_value(), 2000);
+        assert_eq!(n.capacity["memory"].value(), 4 << 30);
+        assert_eq!(n.capacity["pid"].value(), 4096);
+        cfg.settings
+            .insert("cpuCFSQuota", SettingValue::Bool(false));
+        cfg.settings.insert("podPidsLimit", SettingValue::Int(100));
+        cfg.settings
+            .insert("enforceNodeAllocatable", SettingValue::List(vec![]));
+        let n = node_config(&cfg, &machine, None);
+        assert!(!n.cfs.enforce_cpu_limits);
+        assert_eq!(n.pod_pids_limit, 100);
+        assert!(n.enforce_node_allocatable.is_empty());
+    }
+}
