@@ -17,7 +17,7 @@
 //! 60) and prints, after the two numbers: kubelet CPU (cores), RSS (KiB),
 //! then readiness probes run, p50 ms, p99 ms, and the same for liveness.
 
-#[path = "api_bench_probes.rs"]
+#[path = "bench_support/probes.rs"]
 mod probes;
 
 use std::time::Duration;
