@@ -60,6 +60,9 @@ pub mod reason {
     /// The runtime did not stop a pod within its grace period (upstream
     /// `ExceededGracePeriod`, recorded by the pod workers' kill function).
     pub const EXCEEDED_GRACE_PERIOD: &str = "ExceededGracePeriod";
+    /// An HTTPS lifecycle hook succeeded only over plain HTTP (upstream
+    /// `LifecycleHTTPFallback`).
+    pub const LIFECYCLE_HTTP_FALLBACK: &str = "LifecycleHTTPFallback";
 }
 
 /// Records events; implementations must not block.

@@ -225,12 +225,16 @@ impl KubeRuntimeManager {
         let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
             return Ok(());
         };
-        let Err(failure) = self
+        let failure = match self
             .runner
             .run(id, p, c, hook, pod_ips, POST_START_TIMEOUT)
             .await
-        else {
-            return Ok(());
+        {
+            Ok(fallback) => {
+                self.record_http_fallback(&pod_ref(p, None), fallback);
+                return Ok(());
+            }
+            Err(f) => f,
         };
         warn!(container = %c.name, container.id = %id, error = %failure, "Failed to execute PostStartHook");
         // No message in the event: it could leak secrets (as upstream).

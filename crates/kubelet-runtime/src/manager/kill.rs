@@ -171,7 +171,10 @@ impl KubeRuntimeManager {
         {
             let start = Instant::now();
             debug!(container = k.name, ?grace, "Running preStop hook");
-            if let Err(e) = self.runner.run(k.id, p, c, hook, &status.ips, grace).await {
+            let run = self.runner.run(k.id, p, c, hook, &status.ips, grace).await;
+            if let Ok(fallback) = run {
+                self.record_http_fallback(&pod_ref(p, None), fallback);
+            } else if let Err(e) = run {
                 warn!(container = k.name, error = %e, "PreStop hook failed");
                 // No message in the event: it could leak secrets (as upstream).
                 self.recorder.event(
@@ -205,6 +208,23 @@ impl KubeRuntimeManager {
             o.container_terminated(k.name);
         }
         Ok(())
+    }
+
+    /// Records upstream's `LifecycleHTTPFallback` warning on the pod when an
+    /// HTTPS hook succeeded only over HTTP.
+    pub(super) fn record_http_fallback(
+        &self,
+        obj: &k8s_openapi::api::core::v1::ObjectReference,
+        fallback: crate::lifecycle_handler::HookOutcome,
+    ) {
+        if let Some(message) = fallback {
+            self.recorder.event(
+                obj,
+                EventType::Warning,
+                reason::LIFECYCLE_HTTP_FALLBACK,
+                message,
+            );
+        }
     }
 
     /// Upstream `killContainersWithSyncResult`: stops every live container of

@@ -6,6 +6,7 @@ use cri::fake::FakeRuntime;
 use k8s_openapi::api::core::v1::Container;
 use std::time::UNIX_EPOCH;
 
+mod actions;
 mod blocking;
 mod helper;
 mod lifecycle;
