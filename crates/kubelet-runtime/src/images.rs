@@ -82,6 +82,23 @@ fn cri_err(reason: &'static str, message: String, source: cri::CriError) -> Erro
 }
 
 impl ImageManager {
+    /// The user the image runs as (upstream `getImageUser`): its numeric
+    /// UID, or the user name when it is not numeric.
+    pub(crate) async fn image_user(&self, image: &str) -> Result<(Option<i64>, String)> {
+        let status = self
+            .images
+            .image_status(image)
+            .await
+            .map_err(|e| Error::Container {
+                reason: "CreateContainerConfigError",
+                message: e.message(),
+                source: Some(e),
+            })?;
+        Ok(status.map_or((None, String::new()), |i| {
+            (i.uid.map(|u| u.value), i.username)
+        }))
+    }
+
     /// A manager pulling through `images`.
     pub fn new(images: Arc<dyn ImageService>) -> Self {
         Self {

@@ -237,7 +237,7 @@ pub(crate) fn sandbox_config(
         annotations: labels::sandbox_annotations(p),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent(cfg, p),
-            security_context: Some(sandbox_security_context(p)),
+            security_context: Some(sandbox_security_context(p, &cfg.root_dir)),
             sysctls,
             ..Default::default()
         }),

@@ -33,7 +33,11 @@ const READONLY_PATHS: &[&str] = &[
 
 /// The container's effective security context: its own settings, falling
 /// back to the pod's.
-pub(crate) fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext {
+pub(crate) fn security_context(
+    p: &Pod,
+    c: &Container,
+    root_dir: &std::path::Path,
+) -> pb::LinuxContainerSecurityContext {
     let sc = c.security_context.as_ref();
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
@@ -73,14 +77,74 @@ pub(crate) fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecu
         seccomp: Some(seccomp(
             sc.and_then(|s| s.seccomp_profile.as_ref())
                 .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+            annotation(p, &format!("{CONTAINER_SECCOMP_PREFIX}{}", c.name))
+                .or_else(|| annotation(p, POD_SECCOMP)),
+            root_dir,
         )),
+        apparmor: apparmor(p, c),
         ..Default::default()
+    }
+}
+
+/// Whether the container's effective security context asks for a non-root
+/// user (so its image's user must be checked).
+pub(crate) fn run_as_non_root(p: &Pod, c: &Container) -> bool {
+    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|s| s.run_as_non_root))
+        .unwrap_or(false)
+}
+
+/// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot`, the effective
+/// `runAsUser` must not be 0, or else the image's user must be a non-zero
+/// UID. The message is upstream's.
+pub(crate) fn verify_run_as_non_root(
+    p: &Pod,
+    c: &Container,
+    image_uid: Option<i64>,
+    image_user: &str,
+) -> Result<(), String> {
+    if !run_as_non_root(p, c) {
+        return Ok(());
+    }
+    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let run_as_user = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    let pod = pod::format_pod(p);
+    if let Some(uid) = run_as_user {
+        return if uid == 0 {
+            Err(format!(
+                "container's runAsUser breaks non-root policy (pod: {pod:?}, container: {})",
+                c.name
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    match image_uid {
+        Some(0) => Err(format!(
+            "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {})",
+            c.name
+        )),
+        None if !image_user.is_empty() => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root (pod: {pod:?}, container: {})",
+            c.name
+        )),
+        _ => Ok(()),
     }
 }
 
 /// The sandbox's security context: the pod's user, groups, namespaces and
 /// seccomp profile; privileged when any container is.
-pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityContext {
+pub(crate) fn sandbox_security_context(
+    p: &Pod,
+    root_dir: &std::path::Path,
+) -> pb::LinuxSandboxSecurityContext {
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = pod::containers(p)
         .iter()
@@ -101,7 +165,11 @@ pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityConte
             .map(|value| pb::Int64Value { value }),
         supplemental_groups: supplemental_groups(psc),
         privileged,
-        seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
+        seccomp: Some(seccomp(
+            psc.and_then(|s| s.seccomp_profile.as_ref()),
+            annotation(p, POD_SECCOMP),
+            root_dir,
+        )),
         ..Default::default()
     }
 }
@@ -146,30 +214,192 @@ pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
     }
 }
 
-/// A seccomp profile from the API's `seccompProfile`, Unconfined when unset (upstream default).
+/// The container's AppArmor profile (upstream `getAppArmorProfile`): the
+/// container's `appArmorProfile`, the pod's, then the deprecated
+/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation;
+/// none when unset (the runtime's default). Admission has already refused
+/// a confined profile on a host without AppArmor.
+fn apparmor(p: &Pod, c: &Container) -> Option<pb::SecurityProfile> {
+    use pb::security_profile::ProfileType;
+    let field = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .or_else(|| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.app_armor_profile.as_ref())
+        });
+    let profile = |t: ProfileType, r: &str| pb::SecurityProfile {
+        profile_type: t as i32,
+        localhost_ref: r.to_string(),
+    };
+    if let Some(f) = field {
+        return Some(match (f.type_.as_str(), f.localhost_profile.as_deref()) {
+            ("RuntimeDefault", _) => profile(ProfileType::RuntimeDefault, ""),
+            ("Localhost", Some(name)) => profile(ProfileType::Localhost, name),
+            _ => profile(ProfileType::Unconfined, ""),
+        });
+    }
+    let a = annotation(
+        p,
+        &format!("container.apparmor.security.beta.kubernetes.io/{}", c.name),
+    )?;
+    Some(match a {
+        "runtime/default" => profile(ProfileType::RuntimeDefault, ""),
+        "unconfined" => profile(ProfileType::Unconfined, ""),
+        other => profile(
+            ProfileType::Localhost,
+            other.trim_start_matches("localhost/"),
+        ),
+    })
+}
+
+/// The deprecated pod-level seccomp annotation older clusters send.
+const POD_SECCOMP: &str = "seccomp.security.alpha.kubernetes.io/pod";
+/// The deprecated container-level seccomp annotation prefix.
+const CONTAINER_SECCOMP_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// A seccomp profile (upstream `helpers_linux.go` `getSeccompProfile`): the
+/// `seccompProfile` field first, then the deprecated annotation
+/// (`runtime/default`, `docker/default`, `localhost/<path>`, `unconfined`);
+/// Unconfined when neither is set. Localhost profiles live under
+/// `<root-dir>/seccomp`.
 pub(crate) fn seccomp(
     profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+    annotation: Option<&str>,
+    root_dir: &std::path::Path,
 ) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
-    match profile.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
-        Some(("RuntimeDefault", _)) => pb::SecurityProfile {
-            profile_type: ProfileType::RuntimeDefault as i32,
-            localhost_ref: String::new(),
-        },
-        Some(("Localhost", Some(path))) => pb::SecurityProfile {
-            profile_type: ProfileType::Localhost as i32,
-            localhost_ref: path,
-        },
-        _ => pb::SecurityProfile {
-            profile_type: ProfileType::Unconfined as i32,
-            localhost_ref: String::new(),
-        },
+    let localhost = |path: &str| pb::SecurityProfile {
+        profile_type: ProfileType::Localhost as i32,
+        localhost_ref: root_dir
+            .join("seccomp")
+            .join(path)
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let of = |t: ProfileType| pb::SecurityProfile {
+        profile_type: t as i32,
+        localhost_ref: String::new(),
+    };
+    if let Some(p) = profile {
+        return match (p.type_.as_str(), p.localhost_profile.as_deref()) {
+            ("RuntimeDefault", _) => of(ProfileType::RuntimeDefault),
+            ("Localhost", Some(path)) => localhost(path),
+            _ => of(ProfileType::Unconfined),
+        };
+    }
+    match annotation {
+        Some("runtime/default" | "docker/default") => of(ProfileType::RuntimeDefault),
+        Some(a) if a.starts_with("localhost/") => localhost(a.trim_start_matches("localhost/")),
+        _ => of(ProfileType::Unconfined),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_as_non_root_is_checked_against_the_user_and_the_image() {
+        let p = |sc: serde_json::Value, csc: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                "spec": {"securityContext": sc, "containers": [{"name": "c", "image": "i", "securityContext": csc}]}
+            }))
+            .expect("pod")
+        };
+        let check = |pod: &Pod, uid: Option<i64>, user: &str| {
+            verify_run_as_non_root(pod, &pod::containers(pod)[0], uid, user)
+        };
+        let plain = p(serde_json::json!({}), serde_json::json!({}));
+        assert_eq!(
+            check(&plain, Some(0), ""),
+            Ok(()),
+            "no runAsNonRoot: anything goes"
+        );
+        let nonroot = p(
+            serde_json::json!({"runAsNonRoot": true}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            check(&nonroot, Some(0), "").expect_err("root image"),
+            "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)"
+        );
+        assert_eq!(
+            check(&nonroot, None, "nobody").expect_err("named user"),
+            "container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root (pod: \"p_ns(u)\", container: c)"
+        );
+        assert_eq!(check(&nonroot, Some(1000), ""), Ok(()));
+        let root_user = p(
+            serde_json::json!({"runAsNonRoot": true}),
+            serde_json::json!({"runAsUser": 0}),
+        );
+        assert_eq!(
+            check(&root_user, Some(1000), "").expect_err("runAsUser 0"),
+            "container's runAsUser breaks non-root policy (pod: \"p_ns(u)\", container: c)"
+        );
+        let user = p(
+            serde_json::json!({"runAsUser": 1234}),
+            serde_json::json!({"runAsNonRoot": true}),
+        );
+        assert_eq!(
+            check(&user, Some(0), ""),
+            Ok(()),
+            "a non-zero runAsUser wins over the image"
+        );
+    }
+
+    #[test]
+    fn seccomp_from_the_field_then_the_deprecated_annotations() {
+        use pb::security_profile::ProfileType;
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": {
+                "seccomp.security.alpha.kubernetes.io/pod": "runtime/default",
+                "container.seccomp.security.alpha.kubernetes.io/b": "localhost/profiles/audit.json"}},
+            "spec": {"containers": [
+                {"name": "a", "image": "i"},
+                {"name": "b", "image": "i"},
+                {"name": "c", "image": "i", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]}
+        }))
+        .expect("pod");
+        let root = std::path::Path::new("/var/lib/kubelet");
+        let sc = |i: usize| {
+            security_context(&p, &pod::containers(&p)[i], root)
+                .seccomp
+                .expect("seccomp")
+        };
+        assert_eq!(
+            sc(0).profile_type,
+            ProfileType::RuntimeDefault as i32,
+            "pod annotation"
+        );
+        assert_eq!(
+            (sc(1).profile_type, sc(1).localhost_ref.as_str()),
+            (
+                ProfileType::Localhost as i32,
+                "/var/lib/kubelet/seccomp/profiles/audit.json"
+            ),
+            "container annotation, under <root-dir>/seccomp"
+        );
+        assert_eq!(
+            sc(2).profile_type,
+            ProfileType::Unconfined as i32,
+            "the field wins"
+        );
+        let sandbox = sandbox_security_context(&p, root).seccomp.expect("seccomp");
+        assert_eq!(sandbox.profile_type, ProfileType::RuntimeDefault as i32);
+    }
 
     #[test]
     fn the_fs_group_comes_first_in_the_supplemental_groups() {
@@ -181,11 +411,12 @@ mod tests {
         .expect("pod");
         let c = &pod::containers(&p)[0];
         assert_eq!(
-            security_context(&p, c).supplemental_groups,
+            security_context(&p, c, std::path::Path::new("/var/lib/kubelet")).supplemental_groups,
             vec![1001, 5, 6]
         );
         assert_eq!(
-            sandbox_security_context(&p).supplemental_groups,
+            sandbox_security_context(&p, std::path::Path::new("/var/lib/kubelet"))
+                .supplemental_groups,
             vec![1001, 5, 6]
         );
     }

@@ -107,6 +107,30 @@ impl KubeRuntimeManager {
                 return Err(e);
             }
         };
+        if crate::security_context::run_as_non_root(p, c) {
+            // Upstream `verifyRunAsNonRoot` against the image's user.
+            let (uid, user) = self.images.image_user(&image_ref).await?;
+            if let Err(message) = crate::security_context::verify_run_as_non_root(p, c, uid, &user)
+            {
+                self.set_reason(
+                    pod::uid(p),
+                    &c.name,
+                    "CreateContainerConfigError",
+                    message.clone(),
+                );
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::FAILED,
+                    format!("Error: {message}"),
+                );
+                return Err(Error::Container {
+                    reason: "CreateContainerConfigError",
+                    message,
+                    source: None,
+                });
+            }
+        }
         let restart_count = last.map_or(0, |s| s.restart_count + 1);
         self.prune_instances(status, &c.name).await;
         let log_dir = pod_logs_dir(&self.cfg.pod_logs_dir, p).join(&c.name);
