@@ -185,6 +185,8 @@ pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decisi
         "pods" => (read || matches!(what.verb, "create" | "delete" | "update" | "patch")).into(),
         "events" => matches!(what.verb, "create" | "update" | "patch").into(),
         "services" => read.into(),
+        // `system:node` may read RuntimeClasses (upstream's node ClusterRole).
+        "runtimeclasses" => read.into(),
         "tokenreviews" | "subjectaccessreviews" => (what.verb == "create").into(),
         _ => Decision::Deny(String::new()),
     }

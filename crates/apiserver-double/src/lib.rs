@@ -128,6 +128,9 @@ pub struct Options {
     /// volume and mounts, pull secrets from the service account). Upstream
     /// always runs it; off by default here so pods stay as tests wrote them.
     pub service_account_admission: bool,
+    /// Serve RuntimeClasses as a 1.19 apiserver does: `node.k8s.io/v1beta1`
+    /// only (`v1` answers 404). Off: both versions, as 1.20 and later.
+    pub runtime_class_v1beta1_only: bool,
 }
 
 /// kubeadm's service account issuer (and API audience).
@@ -146,6 +149,7 @@ impl Default for Options {
             service_account_issuer: DEFAULT_ISSUER.to_string(),
             api_audiences: vec![DEFAULT_ISSUER.to_string()],
             service_account_admission: false,
+            runtime_class_v1beta1_only: false,
         }
     }
 }

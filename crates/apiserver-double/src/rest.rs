@@ -108,6 +108,20 @@ const KINDS: &[Kind] = &[
         namespaced: false,
     },
     Kind {
+        resource: "runtimeclasses",
+        api_version: "node.k8s.io/v1",
+        kind: "RuntimeClass",
+        namespaced: false,
+    },
+    // Served by 1.19 and 1.20 apiservers (v1 arrived in 1.20); see
+    // `Options::runtime_class_v1beta1_only`.
+    Kind {
+        resource: "runtimeclasses",
+        api_version: "node.k8s.io/v1beta1",
+        kind: "RuntimeClass",
+        namespaced: false,
+    },
+    Kind {
         resource: "leases",
         api_version: "coordination.k8s.io/v1",
         kind: "Lease",
@@ -162,7 +176,10 @@ fn parse_path(path: &str) -> Option<Target> {
         [r, n, s] => (*r, *n, *s),
         _ => return None,
     };
-    let kind = kind(resource).filter(|k| k.api_version == gv)?;
+    let kind = KINDS
+        .iter()
+        .find(|k| k.resource == resource && k.api_version == gv)
+        .copied()?;
     Some(Target {
         kind,
         namespace,
@@ -296,7 +313,11 @@ pub async fn handle(
         return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
     let path = req.uri().path().to_string();
-    let Some(t) = parse_path(&path) else {
+    // A 1.19 apiserver serves node.k8s.io/v1beta1 only; 1.20 to 1.24 both.
+    let served = |t: &Target| {
+        t.kind.api_version != "node.k8s.io/v1" || !shared.options.runtime_class_v1beta1_only
+    };
+    let Some(t) = parse_path(&path).filter(served) else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",

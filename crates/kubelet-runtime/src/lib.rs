@@ -37,7 +37,9 @@ pub use manager::{KubeRuntimeManager, StartTimings, SyncResult};
 pub use pod_status::{ContainerState, ContainerStatus, PodStatus};
 pub use prober_results::{ProbeResult, ProbeResults, ResultsManager};
 pub use runtime_config::RuntimeConfig;
-pub use runtime_helper::{ContainerConfigError, RunContainerOptions, RuntimeHelper};
+pub use runtime_helper::{
+    ContainerConfigError, RunContainerOptions, RuntimeHandlerError, RuntimeHelper,
+};
 pub use sandbox::qos_class as sandbox_qos_class;
 
 /// The `PodSandboxConfig` kubelet-rs sends for `pod` (for benchmarks and tools

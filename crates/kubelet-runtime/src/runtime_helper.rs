@@ -43,4 +43,23 @@ pub trait RuntimeHelper: Send + Sync + 'static {
     /// The pod's `imagePullSecrets` that exist (missing ones are skipped with
     /// a warning, as upstream).
     async fn get_pull_secrets(&self, pod: &Pod) -> Vec<Secret>;
+
+    /// The CRI runtime handler of the pod's `runtimeClassName` (upstream
+    /// `runtimeClassManager.LookupRuntimeHandler`); `None` when the pod names
+    /// no class, or the kubelet has no apiserver to ask.
+    async fn lookup_runtime_handler(
+        &self,
+        _pod: &Pod,
+    ) -> Result<Option<String>, RuntimeHandlerError> {
+        Ok(None)
+    }
+}
+
+/// The pod's RuntimeClass could not be resolved: its sandbox is not
+/// created (`FailedCreatePodSandBox` with this message) and it is retried.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RuntimeHandlerError {
+    /// Upstream's message (`failed to lookup RuntimeClass x: ...`).
+    pub message: String,
 }

@@ -27,6 +27,7 @@ pub mod pod_sync;
 pub mod pod_workers;
 pub mod prober;
 pub mod runtime_state;
+pub mod runtimeclass;
 pub mod status;
 pub mod sync_loop;
 pub mod volume_host;

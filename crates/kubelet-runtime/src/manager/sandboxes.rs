@@ -52,11 +52,30 @@ impl KubeRuntimeManager {
                 context: format!("create pod log directory {}", dir.display()),
                 source,
             })?;
+        // Upstream `createPodSandbox`: the RuntimeClass's handler, or the default.
+        let handler = match self.helper.get() {
+            Some(h) => h.lookup_runtime_handler(p).await.map_err(|e| {
+                let message = format!("Failed to create pod sandbox: {e}");
+                self.recorder.event(
+                    &pod_ref(p, None),
+                    EventType::Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    message.clone(),
+                );
+                Error::Container {
+                    reason: reason::FAILED_CREATE_POD_SANDBOX,
+                    message,
+                    source: None,
+                }
+            })?,
+            None => None,
+        };
+        let handler = handler.unwrap_or_else(|| self.cfg.runtime_handler.clone());
         crate::cgroups::ensure_pod_cgroup(&self.cfg, self.recorder.as_ref(), p).await?;
-        info!(attempt = a.attempt, "Creating pod sandbox");
+        info!(attempt = a.attempt, handler = %handler, "Creating pod sandbox");
         let id = self
             .runtime
-            .run_pod_sandbox(cfg.clone(), &self.cfg.runtime_handler)
+            .run_pod_sandbox(cfg.clone(), &handler)
             .await
             .map_err(|e| {
                 let message = format!("Failed to create pod sandbox: {}", e.message());

@@ -175,7 +175,7 @@ impl Pipeline<'_> {
         };
         let volumes = super::volumes::VolumeWiring {
             cfg,
-            client: self.client,
+            client: self.client.clone(),
             allocatable: self.allocatable.clone(),
             pods: sources.pods.clone(),
             sources_ready: sources.ready.clone(),
@@ -192,6 +192,10 @@ impl Pipeline<'_> {
                 host_ips: self.host_ips.iter().map(ToString::to_string).collect(),
                 cluster_domain: cfg.cluster_domain.clone(),
                 node_hosts: "/etc/hosts".into(),
+                runtime_classes: self
+                    .client
+                    .clone()
+                    .map(crate::runtimeclass::RuntimeClassManager::new),
             },
         ));
         let probes = super::probes::probe_manager(

@@ -38,6 +38,9 @@ pub struct KubeletRuntimeHelper {
     pub cluster_domain: String,
     /// The node's hosts file (`/etc/hosts`), for host-network pods.
     pub node_hosts: std::path::PathBuf,
+    /// RuntimeClass lookups (cluster mode; a standalone kubelet has none,
+    /// as upstream).
+    pub runtime_classes: Option<crate::runtimeclass::RuntimeClassManager>,
 }
 
 impl KubeletRuntimeHelper {
@@ -131,6 +134,24 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             mounts.push(hosts);
         }
         Ok(RunContainerOptions { envs, mounts })
+    }
+
+    async fn lookup_runtime_handler(
+        &self,
+        p: &Pod,
+    ) -> Result<Option<String>, kubelet_runtime::RuntimeHandlerError> {
+        let Some(m) = &self.runtime_classes else {
+            return Ok(None);
+        };
+        let name = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref());
+        m.lookup_runtime_handler(name)
+            .await
+            .map_err(|e| kubelet_runtime::RuntimeHandlerError {
+                message: e.to_string(),
+            })
     }
 
     async fn get_pull_secrets(&self, p: &Pod) -> Vec<Secret> {
