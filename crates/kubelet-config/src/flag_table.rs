@@ -123,7 +123,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "allowed-unsafe-sysctls",
         StringSlice,
         "allowedUnsafeSysctls",
-    ),
+    )
+    .acts(),
     removed("alsologtostderr", Bool, "1.26"),
     config("anonymous-auth", Bool, "authentication.anonymous.enabled").acts(),
     ignored("application-metrics-count-limit", Int64),
@@ -163,7 +164,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
         .field("cgroupDriver")
         .sample("systemd"),
     done("cgroup-root", Str).field("cgroupRoot").sample("/"),
-    config("cgroups-per-qos", Bool, "cgroupsPerQOS").honours("true"),
+    config("cgroups-per-qos", Bool, "cgroupsPerQOS").acts(),
     removed("chaos-chance", Float64, "1.22"),
     config("client-ca-file", Str, "authentication.x509.clientCAFile").acts(),
     removed("cloud-config", Str, "1.34"),
@@ -189,8 +190,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
     ignored("containerd", Str),
     ignored("containerd-namespace", Str),
     config("contention-profiling", Bool, "enableContentionProfiling"),
-    config("cpu-cfs-quota", Bool, "cpuCFSQuota"),
-    config("cpu-cfs-quota-period", Duration, "cpuCFSQuotaPeriod"),
+    config("cpu-cfs-quota", Bool, "cpuCFSQuota").acts(),
+    config("cpu-cfs-quota-period", Duration, "cpuCFSQuotaPeriod").acts(),
     config("cpu-manager-policy", Str, "cpuManagerPolicy").sample("static"),
     config(
         "cpu-manager-policy-options",
@@ -228,7 +229,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
         StringSlice,
         "enforceNodeAllocatable",
     )
-    .sample("pods"),
+    .sample("pods")
+    .acts(),
     done("event-burst", Int32).field("eventBurst"),
     done("event-qps", Int32).field("eventRecordQPS"),
     ignored("event-storage-age-limit", Str),
@@ -376,7 +378,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
     config("pod-cidr", Str, "podCIDR").sample("10.244.0.0/24"),
     ignored("pod-infra-container-image", Str).sample("registry.k8s.io/pause:3.10"),
     done("pod-manifest-path", Str).field("staticPodPath"),
-    config("pod-max-pids", Int64, "podPidsLimit").sample("-1"),
+    config("pod-max-pids", Int64, "podPidsLimit").sample("-1").acts(),
     config("pods-per-core", Int32, "podsPerCore"),
     done("port", Int32).field("port").sample("10250"),
     config("protect-kernel-defaults", Bool, "protectKernelDefaults"),

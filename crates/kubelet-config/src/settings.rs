@@ -504,13 +504,13 @@ mod tests {
                 "flag --network-plugin was removed upstream in Kubernetes 1.24 and has no effect",
             ]
         );
+        // kubelet-cm acts on both values of --cgroups-per-qos.
         let f = flags(&["--cgroups-per-qos=false", "--cloud-provider=external"]);
-        let w = flag_warnings(&f);
+        assert!(flag_warnings(&f).is_empty());
+        // A flag honoured for one value only warns for the others.
+        let w = flag_warnings(&flags(&["--fail-swap-on=true"]));
         assert_eq!(w.len(), 1);
-        assert_eq!(
-            (w[0].flag, w[0].value.as_str()),
-            ("cgroups-per-qos", "false")
-        );
+        assert_eq!((w[0].flag, w[0].value.as_str()), ("fail-swap-on", "true"));
         let ignored = ignored_flags(&flags(&[
             "--maximum-dead-containers=10",
             "--log-dir=/var/log",
