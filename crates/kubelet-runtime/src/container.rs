@@ -84,7 +84,7 @@ pub(crate) fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(pb::LinuxContainerConfig {
             resources: Some(resources(cfg, p, c)),
-            security_context: Some(security_context(p, c)),
+            security_context: Some(security_context(p, c, &cfg.root_dir)),
         }),
         ..Default::default()
     }

@@ -95,6 +95,20 @@ impl ImageManager {
         }
     }
 
+    /// The user the image runs as (upstream `getImageUser`): its numeric
+    /// `uid`, else its user name; an image naming neither runs as root (uid 0).
+    pub async fn image_user(
+        &self,
+        image_ref: &str,
+    ) -> std::result::Result<(Option<i64>, String), cri::CriError> {
+        let img = self.images.image_status(image_ref).await?;
+        Ok(match img {
+            Some(cri::pb::Image { uid: Some(u), .. }) => (Some(u.value), String::new()),
+            Some(i) if !i.username.is_empty() => (None, i.username),
+            _ => (Some(0), String::new()),
+        })
+    }
+
     /// The image ID to run `c` with, pulling it first when the policy says
     /// so, with the credentials `pull_secrets` (the pod's image pull secrets)
     /// hold for its registry. Errors carry `InvalidImageName`,

@@ -109,6 +109,20 @@ impl HostDns {
 
 /// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
 pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::DnsConfig {
+    let (out, warnings) = pod_dns(cfg, p, host);
+    for w in warnings {
+        tracing::warn!(pod = %pod::describe(p), reason = "DNSConfigForming", "{w}");
+    }
+    out
+}
+
+/// [`dns_config`] with the `DNSConfigForming` warnings upstream records as
+/// pod events when limits cut the configuration.
+pub(crate) fn pod_dns(
+    cfg: &RuntimeConfig,
+    p: &Pod,
+    host: &HostDns,
+) -> (pb::DnsConfig, Vec<String>) {
     let spec = p.spec.as_ref();
     let policy = spec
         .and_then(|s| s.dns_policy.as_deref())
@@ -122,10 +136,15 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::Dn
     let mut out = pb::DnsConfig::default();
     if policy != "None" {
         let HostDns {
-            servers,
-            searches,
+            mut servers,
+            mut searches,
             options,
         } = host.clone();
+        // Upstream: an empty --resolv-conf means the local resolver.
+        if cfg.resolv_conf.is_empty() && !(cluster_first && !cfg.cluster_dns.is_empty()) {
+            servers = vec!["127.0.0.1".to_string()];
+            searches = vec![".".to_string()];
+        }
         if cluster_first && !cfg.cluster_dns.is_empty() {
             out.servers.clone_from(&cfg.cluster_dns);
             let ns = pod::namespace(p);
@@ -143,23 +162,124 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::Dn
         }
     }
     if let Some(pdns) = spec.and_then(|s| s.dns_config.as_ref()) {
+        // Upstream `appendDNSConfig`: duplicates dropped, options merged by name.
         out.servers
             .extend(pdns.nameservers.iter().flatten().cloned());
+        out.servers = omit_duplicates(std::mem::take(&mut out.servers));
         out.searches.extend(pdns.searches.iter().flatten().cloned());
+        out.searches = omit_duplicates(std::mem::take(&mut out.searches));
         for o in pdns.options.iter().flatten() {
             let Some(name) = o.name.as_deref() else {
                 continue;
             };
-            let opt = match &o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name.to_string(),
+            let opt = match o.value.as_deref() {
+                Some(v) if !v.is_empty() => format!("{name}:{v}"),
+                _ => name.to_string(),
             };
-            out.options.retain(|x| x.split(':').next() != Some(name));
-            out.options.push(opt);
+            match out
+                .options
+                .iter_mut()
+                .find(|x| x.split(':').next() == Some(name))
+            {
+                Some(x) => *x = opt,
+                None => out.options.push(opt),
+            }
         }
     }
-    out.searches.truncate(32);
-    out
+    let warnings = fit_limits(&mut out);
+    (out, warnings)
+}
+
+/// Upstream `omitDuplicates`: the first of each, in order.
+fn omit_duplicates(v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|x| seen.insert(x.clone())).collect()
+}
+
+/// Upstream `validation.MaxDNSNameservers`.
+const MAX_DNS_NAMESERVERS: usize = 3;
+/// Upstream `validation.MaxDNSSearchPaths`.
+const MAX_DNS_SEARCH_PATHS: usize = 32;
+/// Upstream `validation.MaxDNSSearchListChars`.
+const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+/// Upstream `DNS1123SubdomainMaxLength`: longer search paths are dropped.
+const MAX_SEARCH_PATH_LEN: usize = 253;
+
+/// Upstream `formDNSConfigFitsLimits`: at most 3 nameservers; at most 32
+/// search paths of at most 253 characters, 2048 in all. Returns the
+/// `DNSConfigForming` warning messages for what was cut.
+fn fit_limits(out: &mut pb::DnsConfig) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if out.servers.len() > MAX_DNS_NAMESERVERS {
+        out.servers.truncate(MAX_DNS_NAMESERVERS);
+        warnings.push(format!(
+            "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+            out.servers.join(" ")
+        ));
+    }
+    let mut exceeded = out.searches.len() > MAX_DNS_SEARCH_PATHS;
+    out.searches.truncate(MAX_DNS_SEARCH_PATHS);
+    let before = out.searches.len();
+    out.searches.retain(|s| s.len() <= MAX_SEARCH_PATH_LEN);
+    exceeded |= out.searches.len() != before;
+    let mut line = out.searches.join(" ").len();
+    if line > MAX_DNS_SEARCH_LIST_CHARS {
+        exceeded = true;
+        while line > MAX_DNS_SEARCH_LIST_CHARS {
+            let Some(last) = out.searches.pop() else {
+                break;
+            };
+            line = line.saturating_sub(last.len() + 1);
+        }
+    }
+    if exceeded {
+        warnings.push(format!(
+            "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+            out.searches.join(" ")
+        ));
+    }
+    warnings
+}
+
+/// Upstream `GeneratePodHostNameAndDomain` and `GetNodenameForKernel`: the
+/// hostname (`spec.hostname` or the pod name, cut to 63 characters) and,
+/// with a `subdomain`, the domain `<subdomain>.<ns>.svc.<clusterDomain>`; the
+/// kernel hostname is `<hostname>.<domain>` under `setHostnameAsFQDN`, which
+/// fails past 64 characters.
+pub(crate) fn kernel_hostname(cfg: &RuntimeConfig, p: &Pod) -> Result<String, HostnameError> {
+    let spec = p.spec.as_ref();
+    let host = hostname(p);
+    let domain = match spec.and_then(|s| s.subdomain.as_deref()) {
+        Some(sub) if !sub.is_empty() => {
+            format!("{sub}.{}.svc.{}", pod::namespace(p), cfg.cluster_domain)
+        }
+        _ => String::new(),
+    };
+    if domain.is_empty() || spec.and_then(|s| s.set_hostname_as_fqdn) != Some(true) {
+        return Ok(host);
+    }
+    let fqdn = format!("{host}.{domain}");
+    if fqdn.len() > FQDN_MAX_LEN {
+        return Err(HostnameError::FqdnTooLong { fqdn });
+    }
+    Ok(fqdn)
+}
+
+/// Upstream `hostnameMaxLen`/`fqdnMaxLen`: the kernel's limit.
+const FQDN_MAX_LEN: usize = 64;
+
+/// Why the sandbox hostname cannot be formed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HostnameError {
+    /// `setHostnameAsFQDN` with an FQDN over 64 characters (upstream's message).
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
+        fqdn.len()
+    )]
+    FqdnTooLong {
+        /// The FQDN that would be the hostname.
+        fqdn: String,
+    },
 }
 
 /// The sandbox hostname: `spec.hostname` or the pod name, at most 63 characters.
@@ -194,6 +314,23 @@ fn port_mappings(p: &Pod) -> Vec<pb::PortMapping> {
         .collect()
 }
 
+/// Upstream `ConvertSysctlVariableToDotsSeparator`: a name whose first
+/// separator is `/` has its `/` and `.` swapped (`net/ipv4/conf/eth0.100/x`
+/// becomes `net.ipv4.conf.eth0/100.x`).
+pub(crate) fn dots_separator(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| match c {
+                '.' => '/',
+                '/' => '.',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_string(),
+    }
+}
+
 /// The full `PodSandboxConfig` for `p` at sandbox `attempt`.
 pub(crate) fn sandbox_config(
     cfg: &RuntimeConfig,
@@ -207,7 +344,7 @@ pub(crate) fn sandbox_config(
         .and_then(|s| s.sysctls.as_ref())
         .map(|v| {
             v.iter()
-                .map(|s| (s.name.clone(), s.value.clone()))
+                .map(|s| (dots_separator(&s.name), s.value.clone()))
                 .collect()
         })
         .unwrap_or_default();
@@ -222,7 +359,15 @@ pub(crate) fn sandbox_config(
         hostname: if pod::host_network(p) {
             String::new()
         } else {
-            hostname(p)
+            kernel_hostname(cfg, p).unwrap_or_else(|e| {
+                // Upstream fails the sandbox here; until the manager checks
+                // [`kernel_hostname`] first, the too-long FQDN goes to the
+                // runtime, which refuses it, so the sandbox fails too.
+                tracing::warn!(pod = %pod::describe(p), "{e}");
+                match e {
+                    HostnameError::FqdnTooLong { fqdn } => fqdn,
+                }
+            })
         },
         log_directory: pod_logs_dir(&cfg.pod_logs_dir, p)
             .to_string_lossy()
@@ -233,7 +378,7 @@ pub(crate) fn sandbox_config(
         annotations: labels::sandbox_annotations(p),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent(cfg, p),
-            security_context: Some(sandbox_security_context(p)),
+            security_context: Some(sandbox_security_context(p, &cfg.root_dir)),
             sysctls,
             ..Default::default()
         }),

@@ -4,9 +4,138 @@
 //! the pod's and each container's `securityContext` turned into CRI
 //! sandbox and container security contexts.
 
+use std::path::Path;
+
 use cri::pb;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
 use kubelet_types::pod;
+
+/// Why a container may not start under `runAsNonRoot` (upstream
+/// `verifyRunAsNonRoot`); the text is upstream's message, shown as the
+/// `CreateContainerConfigError` waiting message.
+#[derive(Debug, thiserror::Error)]
+pub enum NonRootError {
+    /// `runAsUser` is 0.
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsUserRoot {
+        /// Upstream `format.Pod`: `name_namespace(uid)`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The image names its user by name only.
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
+    )]
+    NonNumericUser {
+        /// The image's user name.
+        user: String,
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The image runs as uid 0 (or names no user at all).
+    #[error(
+        "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+    )]
+    ImageRoot {
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The runtime could not tell the image's user (upstream passes the
+    /// runtime's message on).
+    #[error("{}", .0.message())]
+    ImageStatus(#[source] cri::CriError),
+    /// The image's uid is outside 1..=2^31-1.
+    #[error(
+        "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: {pod:?}, container: {container})"
+    )]
+    InvalidUid {
+        /// The image's uid.
+        uid: i64,
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+}
+
+/// Upstream `getImageUser` then `verifyRunAsNonRoot`, for a container whose
+/// effective `runAsNonRoot` is true (others skip the image lookup).
+pub(crate) async fn check_non_root(
+    images: &crate::images::ImageManager,
+    p: &Pod,
+    c: &Container,
+    image_ref: &str,
+) -> Result<(), NonRootError> {
+    let (non_root, run_as_user) = effective_non_root(p, c);
+    if non_root != Some(true) || run_as_user.is_some() {
+        return verify_run_as_non_root(p, c, None, "");
+    }
+    let (uid, username) = images
+        .image_user(image_ref)
+        .await
+        .map_err(NonRootError::ImageStatus)?;
+    verify_run_as_non_root(p, c, uid, &username)
+}
+
+/// Upstream `format.Pod`: `name_namespace(uid)`.
+fn format_pod(p: &Pod) -> String {
+    format!("{}_{}({})", pod::name(p), pod::namespace(p), pod::uid(p))
+}
+
+/// The container's `runAsNonRoot`/`runAsUser`, its own over the pod's.
+fn effective_non_root(p: &Pod, c: &Container) -> (Option<bool>, Option<i64>) {
+    let sc = c.security_context.as_ref();
+    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    (
+        sc.and_then(|s| s.run_as_non_root)
+            .or_else(|| psc.and_then(|s| s.run_as_non_root)),
+        sc.and_then(|s| s.run_as_user)
+            .or_else(|| psc.and_then(|s| s.run_as_user)),
+    )
+}
+
+/// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot` true the container
+/// must not run as uid 0, judged by `runAsUser` or else the image's user
+/// (`uid`, or `username` when the image names it by name; neither means root,
+/// as upstream `getImageUser`).
+pub fn verify_run_as_non_root(
+    p: &Pod,
+    c: &Container,
+    uid: Option<i64>,
+    username: &str,
+) -> Result<(), NonRootError> {
+    let (non_root, run_as_user) = effective_non_root(p, c);
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let (pod, container) = (format_pod(p), c.name.clone());
+    if let Some(u) = run_as_user {
+        return if u == 0 {
+            Err(NonRootError::RunAsUserRoot { pod, container })
+        } else {
+            Ok(())
+        };
+    }
+    match uid {
+        None if !username.is_empty() => Err(NonRootError::NonNumericUser {
+            user: username.to_string(),
+            pod,
+            container,
+        }),
+        Some(0) => Err(NonRootError::ImageRoot { pod, container }),
+        Some(u) if !(0..=i64::from(i32::MAX)).contains(&u) => Err(NonRootError::InvalidUid {
+            uid: u,
+            pod,
+            container,
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// Paths masked in non-privileged containers (upstream `securitycontext` defaults).
 const MASKED_PATHS: &[&str] = &[
@@ -33,7 +162,11 @@ const READONLY_PATHS: &[&str] = &[
 
 /// The container's effective security context: its own settings, falling
 /// back to the pod's.
-pub(crate) fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecurityContext {
+pub(crate) fn security_context(
+    p: &Pod,
+    c: &Container,
+    root_dir: &Path,
+) -> pb::LinuxContainerSecurityContext {
     let sc = c.security_context.as_ref();
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
@@ -73,14 +206,68 @@ pub(crate) fn security_context(p: &Pod, c: &Container) -> pb::LinuxContainerSecu
         seccomp: Some(seccomp(
             sc.and_then(|s| s.seccomp_profile.as_ref())
                 .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+            root_dir,
         )),
+        apparmor: apparmor(p, c),
         ..Default::default()
     }
 }
 
+/// Upstream `apparmor.GetProfile` and `getAppArmorProfile`: the container's
+/// `appArmorProfile`, then the deprecated
+/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation, then
+/// the pod's field; none leaves the runtime's default.
+pub(crate) fn apparmor(p: &Pod, c: &Container) -> Option<pb::SecurityProfile> {
+    use pb::security_profile::ProfileType;
+    let field = |sc: Option<&k8s_openapi::api::core::v1::AppArmorProfile>| {
+        sc.map(|a| (a.type_.clone(), a.localhost_profile.clone()))
+    };
+    let annotation = || {
+        let key = format!("container.apparmor.security.beta.kubernetes.io/{}", c.name);
+        let v = p.metadata.annotations.as_ref()?.get(&key)?;
+        match v.as_str() {
+            "runtime/default" => Some(("RuntimeDefault".to_string(), None)),
+            "unconfined" => Some(("Unconfined".to_string(), None)),
+            v => v
+                .strip_prefix("localhost/")
+                .map(|name| ("Localhost".to_string(), Some(name.to_string()))),
+        }
+    };
+    let (kind, name) = field(
+        c.security_context
+            .as_ref()
+            .and_then(|s: &SecurityContext| s.app_armor_profile.as_ref()),
+    )
+    .or_else(annotation)
+    .or_else(|| {
+        field(
+            p.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.app_armor_profile.as_ref()),
+        )
+    })?;
+    let (profile_type, localhost_ref) = match (kind.as_str(), name) {
+        ("RuntimeDefault", _) => (ProfileType::RuntimeDefault, String::new()),
+        ("Unconfined", _) => (ProfileType::Unconfined, String::new()),
+        ("Localhost", Some(n)) if !n.is_empty() => (ProfileType::Localhost, n),
+        _ => {
+            tracing::warn!(container = %c.name, kind, "Invalid AppArmor profile; the runtime's default applies");
+            return None;
+        }
+    };
+    Some(pb::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref,
+    })
+}
+
 /// The sandbox's security context: the pod's user, groups, namespaces and
 /// seccomp profile; privileged when any container is.
-pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityContext {
+pub(crate) fn sandbox_security_context(
+    p: &Pod,
+    root_dir: &Path,
+) -> pb::LinuxSandboxSecurityContext {
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = pod::containers(p)
         .iter()
@@ -101,7 +288,10 @@ pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityConte
             .map(|value| pb::Int64Value { value }),
         supplemental_groups: supplemental_groups(psc),
         privileged,
-        seccomp: Some(seccomp(psc.and_then(|s| s.seccomp_profile.as_ref()))),
+        seccomp: Some(seccomp(
+            psc.and_then(|s| s.seccomp_profile.as_ref()),
+            root_dir,
+        )),
         ..Default::default()
     }
 }
@@ -146,9 +336,14 @@ pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
     }
 }
 
-/// A seccomp profile from the API's `seccompProfile`, Unconfined when unset (upstream default).
+/// A seccomp profile from the API's `seccompProfile` (upstream
+/// `fieldSeccompProfile`): Unconfined when unset (upstream's default without
+/// `seccompDefault`); a Localhost profile is the file
+/// `<root-dir>/seccomp/<localhostProfile>`. The deprecated seccomp annotations
+/// are not read, as upstream since 1.27.
 pub(crate) fn seccomp(
     profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+    root_dir: &Path,
 ) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
     match profile.map(|p| (p.type_.as_str(), p.localhost_profile.clone())) {
@@ -158,7 +353,11 @@ pub(crate) fn seccomp(
         },
         Some(("Localhost", Some(path))) => pb::SecurityProfile {
             profile_type: ProfileType::Localhost as i32,
-            localhost_ref: path,
+            localhost_ref: root_dir
+                .join("seccomp")
+                .join(path)
+                .to_string_lossy()
+                .into_owned(),
         },
         _ => pb::SecurityProfile {
             profile_type: ProfileType::Unconfined as i32,
@@ -181,11 +380,11 @@ mod tests {
         .expect("pod");
         let c = &pod::containers(&p)[0];
         assert_eq!(
-            security_context(&p, c).supplemental_groups,
+            security_context(&p, c, Path::new("/var/lib/kubelet")).supplemental_groups,
             vec![1001, 5, 6]
         );
         assert_eq!(
-            sandbox_security_context(&p).supplemental_groups,
+            sandbox_security_context(&p, Path::new("/var/lib/kubelet")).supplemental_groups,
             vec![1001, 5, 6]
         );
     }

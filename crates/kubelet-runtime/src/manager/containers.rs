@@ -98,6 +98,25 @@ impl KubeRuntimeManager {
                 return Err(e);
             }
         };
+        // Upstream `verifyRunAsNonRoot` against the image's user.
+        if let Err(e) =
+            crate::security_context::check_non_root(&self.images, p, c, &image_ref).await
+        {
+            let message = e.to_string();
+            self.set_reason(uid, &c.name, "CreateContainerConfigError", message.clone());
+            let obj = pod_ref(p, Some(&c.name));
+            self.recorder.event(
+                &obj,
+                EventType::Warning,
+                reason::FAILED,
+                format!("Error: {message}"),
+            );
+            return Err(Error::Container {
+                reason: "CreateContainerConfigError",
+                message,
+                source: None,
+            });
+        }
         let restart_count = last.map_or(0, |s| s.restart_count + 1);
         self.prune_instances(status, &c.name).await;
         let log_dir = pod_logs_dir(&self.cfg.pod_logs_dir, p).join(&c.name);
