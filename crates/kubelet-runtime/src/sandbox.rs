@@ -110,19 +110,20 @@ impl HostDns {
 /// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
 pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::DnsConfig {
     let (out, warnings) = pod_dns(cfg, p, host);
-    for w in warnings {
-        tracing::warn!(pod = %pod::describe(p), reason = "DNSConfigForming", "{w}");
+    for (reason, message) in warnings {
+        tracing::warn!(pod = %pod::describe(p), reason, "{message}");
     }
     out
 }
 
-/// [`dns_config`] with the `DNSConfigForming` warnings upstream records as
-/// pod events when limits cut the configuration.
+/// [`dns_config`] with the Warning events (reason, message) upstream records
+/// on the pod: `MissingClusterDNS` when ClusterFirst has no cluster DNS, and
+/// `DNSConfigForming` when limits cut the configuration.
 pub(crate) fn pod_dns(
     cfg: &RuntimeConfig,
     p: &Pod,
     host: &HostDns,
-) -> (pb::DnsConfig, Vec<String>) {
+) -> (pb::DnsConfig, Vec<(&'static str, String)>) {
     let spec = p.spec.as_ref();
     let policy = spec
         .and_then(|s| s.dns_policy.as_deref())
@@ -134,6 +135,17 @@ pub(crate) fn pod_dns(
         _ => false,
     };
     let mut out = pb::DnsConfig::default();
+    let mut events = Vec::new();
+    let use_cluster = cluster_first && !cfg.cluster_dns.is_empty();
+    if cluster_first && !use_cluster {
+        events.push((
+            "MissingClusterDNS",
+            format!(
+                "pod: {:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                format!("{}_{}({})", pod::name(p), pod::namespace(p), pod::uid(p))
+            ),
+        ));
+    }
     if policy != "None" {
         let HostDns {
             mut servers,
@@ -141,11 +153,11 @@ pub(crate) fn pod_dns(
             options,
         } = host.clone();
         // Upstream: an empty --resolv-conf means the local resolver.
-        if cfg.resolv_conf.is_empty() && !(cluster_first && !cfg.cluster_dns.is_empty()) {
+        if cfg.resolv_conf.is_empty() && !use_cluster {
             servers = vec!["127.0.0.1".to_string()];
             searches = vec![".".to_string()];
         }
-        if cluster_first && !cfg.cluster_dns.is_empty() {
+        if use_cluster {
             out.servers.clone_from(&cfg.cluster_dns);
             let ns = pod::namespace(p);
             let d = cfg.cluster_domain.trim_end_matches('.');
@@ -186,8 +198,12 @@ pub(crate) fn pod_dns(
             }
         }
     }
-    let warnings = fit_limits(&mut out);
-    (out, warnings)
+    events.extend(
+        fit_limits(&mut out)
+            .into_iter()
+            .map(|m| ("DNSConfigForming", m)),
+    );
+    (out, events)
 }
 
 /// Upstream `omitDuplicates`: the first of each, in order.
@@ -419,13 +435,13 @@ mod tests {
             ]
         );
         assert_eq!(d.options, vec!["ndots:5"]);
-        // hostNetwork with ClusterFirst uses the node's resolver instead.
+        // hostNetwork with ClusterFirst uses the node's resolver instead: with
+        // no --resolv-conf, the local one (upstream).
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"hostNetwork": true, "containers": []}}));
-        assert!(
-            dns_config(&cfg(), &p, &HostDns::default())
-                .servers
-                .is_empty()
+        assert_eq!(
+            dns_config(&cfg(), &p, &HostDns::default()).servers,
+            vec!["127.0.0.1"]
         );
         // dnsPolicy None takes only the pod's dnsConfig.
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
@@ -491,3 +507,6 @@ mod tests {
         assert_eq!(ns.map(|n| n.network), Some(pb::NamespaceMode::Node as i32));
     }
 }
+
+#[cfg(test)]
+mod dns_tests;

@@ -389,3 +389,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod mapping_tests;
