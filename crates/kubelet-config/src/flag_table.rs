@@ -378,7 +378,9 @@ pub const FLAGS: &[UpstreamFlag] = &[
     config("pod-cidr", Str, "podCIDR").sample("10.244.0.0/24"),
     ignored("pod-infra-container-image", Str).sample("registry.k8s.io/pause:3.10"),
     done("pod-manifest-path", Str).field("staticPodPath"),
-    config("pod-max-pids", Int64, "podPidsLimit").sample("-1").acts(),
+    config("pod-max-pids", Int64, "podPidsLimit")
+        .sample("-1")
+        .acts(),
     config("pods-per-core", Int32, "podsPerCore"),
     done("port", Int32).field("port").sample("10250"),
     config("protect-kernel-defaults", Bool, "protectKernelDefaults"),

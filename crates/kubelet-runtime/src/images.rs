@@ -82,23 +82,6 @@ fn cri_err(reason: &'static str, message: String, source: cri::CriError) -> Erro
 }
 
 impl ImageManager {
-    /// The user the image runs as (upstream `getImageUser`): its numeric
-    /// UID, or the user name when it is not numeric.
-    pub(crate) async fn image_user(&self, image: &str) -> Result<(Option<i64>, String)> {
-        let status = self
-            .images
-            .image_status(image)
-            .await
-            .map_err(|e| Error::Container {
-                reason: "CreateContainerConfigError",
-                message: e.message(),
-                source: Some(e),
-            })?;
-        Ok(status.map_or((None, String::new()), |i| {
-            (i.uid.map(|u| u.value), i.username)
-        }))
-    }
-
     /// A manager pulling through `images`.
     pub fn new(images: Arc<dyn ImageService>) -> Self {
         Self {
@@ -110,6 +93,20 @@ impl ImageManager {
             metrics: None,
             keyring: Arc::new(BasicDockerKeyring::default()),
         }
+    }
+
+    /// The user the image runs as (upstream `getImageUser`): its numeric
+    /// `uid`, else its user name; an image naming neither runs as root (uid 0).
+    pub async fn image_user(
+        &self,
+        image_ref: &str,
+    ) -> std::result::Result<(Option<i64>, String), cri::CriError> {
+        let img = self.images.image_status(image_ref).await?;
+        Ok(match img {
+            Some(cri::pb::Image { uid: Some(u), .. }) => (Some(u.value), String::new()),
+            Some(i) if !i.username.is_empty() => (None, i.username),
+            _ => (Some(0), String::new()),
+        })
     }
 
     /// The image ID to run `c` with, pulling it first when the policy says

@@ -113,6 +113,21 @@ impl HostDns {
 
 /// DNS for the sandbox by `dnsPolicy` (upstream `dns.Configurer.GetPodDNS`).
 pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::DnsConfig {
+    let (out, warnings) = pod_dns(cfg, p, host);
+    for (reason, message) in warnings {
+        tracing::warn!(pod = %pod::describe(p), reason, "{message}");
+    }
+    out
+}
+
+/// [`dns_config`] with the Warning events (reason, message) upstream records
+/// on the pod: `MissingClusterDNS` when ClusterFirst has no cluster DNS, and
+/// `DNSConfigForming` when limits cut the configuration.
+pub(crate) fn pod_dns(
+    cfg: &RuntimeConfig,
+    p: &Pod,
+    host: &HostDns,
+) -> (pb::DnsConfig, Vec<(&'static str, String)>) {
     let spec = p.spec.as_ref();
     let policy = spec
         .and_then(|s| s.dns_policy.as_deref())
@@ -124,13 +139,29 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::Dn
         _ => false,
     };
     let mut out = pb::DnsConfig::default();
+    let mut events = Vec::new();
+    let use_cluster = cluster_first && !cfg.cluster_dns.is_empty();
+    if cluster_first && !use_cluster {
+        events.push((
+            "MissingClusterDNS",
+            format!(
+                "pod: {:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                format!("{}_{}({})", pod::name(p), pod::namespace(p), pod::uid(p))
+            ),
+        ));
+    }
     if policy != "None" {
         let HostDns {
-            servers,
-            searches,
+            mut servers,
+            mut searches,
             options,
         } = host.clone();
-        if cluster_first && !cfg.cluster_dns.is_empty() {
+        // Upstream: an empty --resolv-conf means the local resolver.
+        if cfg.resolv_conf.is_empty() && !use_cluster {
+            servers = vec!["127.0.0.1".to_string()];
+            searches = vec![".".to_string()];
+        }
+        if use_cluster {
             out.servers.clone_from(&cfg.cluster_dns);
             let ns = pod::namespace(p);
             let d = cfg.cluster_domain.trim_end_matches('.');
@@ -147,23 +178,128 @@ pub(crate) fn dns_config(cfg: &RuntimeConfig, p: &Pod, host: &HostDns) -> pb::Dn
         }
     }
     if let Some(pdns) = spec.and_then(|s| s.dns_config.as_ref()) {
+        // Upstream `appendDNSConfig`: duplicates dropped, options merged by name.
         out.servers
             .extend(pdns.nameservers.iter().flatten().cloned());
+        out.servers = omit_duplicates(std::mem::take(&mut out.servers));
         out.searches.extend(pdns.searches.iter().flatten().cloned());
+        out.searches = omit_duplicates(std::mem::take(&mut out.searches));
         for o in pdns.options.iter().flatten() {
             let Some(name) = o.name.as_deref() else {
                 continue;
             };
-            let opt = match &o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name.to_string(),
+            let opt = match o.value.as_deref() {
+                Some(v) if !v.is_empty() => format!("{name}:{v}"),
+                _ => name.to_string(),
             };
-            out.options.retain(|x| x.split(':').next() != Some(name));
-            out.options.push(opt);
+            match out
+                .options
+                .iter_mut()
+                .find(|x| x.split(':').next() == Some(name))
+            {
+                Some(x) => *x = opt,
+                None => out.options.push(opt),
+            }
         }
     }
-    out.searches.truncate(32);
-    out
+    events.extend(
+        fit_limits(&mut out)
+            .into_iter()
+            .map(|m| ("DNSConfigForming", m)),
+    );
+    (out, events)
+}
+
+/// Upstream `omitDuplicates`: the first of each, in order.
+fn omit_duplicates(v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|x| seen.insert(x.clone())).collect()
+}
+
+/// Upstream `validation.MaxDNSNameservers`.
+const MAX_DNS_NAMESERVERS: usize = 3;
+/// Upstream `validation.MaxDNSSearchPaths`.
+const MAX_DNS_SEARCH_PATHS: usize = 32;
+/// Upstream `validation.MaxDNSSearchListChars`.
+const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+/// Upstream `DNS1123SubdomainMaxLength`: longer search paths are dropped.
+const MAX_SEARCH_PATH_LEN: usize = 253;
+
+/// Upstream `formDNSConfigFitsLimits`: at most 3 nameservers; at most 32
+/// search paths of at most 253 characters, 2048 in all. Returns the
+/// `DNSConfigForming` warning messages for what was cut.
+fn fit_limits(out: &mut pb::DnsConfig) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if out.servers.len() > MAX_DNS_NAMESERVERS {
+        out.servers.truncate(MAX_DNS_NAMESERVERS);
+        warnings.push(format!(
+            "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+            out.servers.join(" ")
+        ));
+    }
+    let mut exceeded = out.searches.len() > MAX_DNS_SEARCH_PATHS;
+    out.searches.truncate(MAX_DNS_SEARCH_PATHS);
+    let before = out.searches.len();
+    out.searches.retain(|s| s.len() <= MAX_SEARCH_PATH_LEN);
+    exceeded |= out.searches.len() != before;
+    let mut line = out.searches.join(" ").len();
+    if line > MAX_DNS_SEARCH_LIST_CHARS {
+        exceeded = true;
+        while line > MAX_DNS_SEARCH_LIST_CHARS {
+            let Some(last) = out.searches.pop() else {
+                break;
+            };
+            line = line.saturating_sub(last.len() + 1);
+        }
+    }
+    if exceeded {
+        warnings.push(format!(
+            "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+            out.searches.join(" ")
+        ));
+    }
+    warnings
+}
+
+/// Upstream `GeneratePodHostNameAndDomain` and `GetNodenameForKernel`: the
+/// hostname (`spec.hostname` or the pod name, cut to 63 characters) and,
+/// with a `subdomain`, the domain `<subdomain>.<ns>.svc.<clusterDomain>`; the
+/// kernel hostname is `<hostname>.<domain>` under `setHostnameAsFQDN`, which
+/// fails past 64 characters.
+pub(crate) fn kernel_hostname(cfg: &RuntimeConfig, p: &Pod) -> Result<String, HostnameError> {
+    let spec = p.spec.as_ref();
+    let host = hostname(p);
+    let domain = match spec.and_then(|s| s.subdomain.as_deref()) {
+        Some(sub) if !sub.is_empty() => {
+            format!("{sub}.{}.svc.{}", pod::namespace(p), cfg.cluster_domain)
+        }
+        _ => String::new(),
+    };
+    if domain.is_empty() || spec.and_then(|s| s.set_hostname_as_fqdn) != Some(true) {
+        return Ok(host);
+    }
+    let fqdn = format!("{host}.{domain}");
+    if fqdn.len() > FQDN_MAX_LEN {
+        return Err(HostnameError::FqdnTooLong { fqdn });
+    }
+    Ok(fqdn)
+}
+
+/// Upstream `hostnameMaxLen`/`fqdnMaxLen`: the kernel's limit.
+const FQDN_MAX_LEN: usize = 64;
+
+/// Why the sandbox hostname cannot be formed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HostnameError {
+    /// `setHostnameAsFQDN` with an FQDN over 64 characters (upstream's message).
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
+        fqdn.len()
+    )]
+    FqdnTooLong {
+        /// The FQDN that would be the hostname.
+        fqdn: String,
+    },
 }
 
 /// The sandbox hostname: `spec.hostname` or the pod name, at most 63 characters.
@@ -198,6 +334,23 @@ fn port_mappings(p: &Pod) -> Vec<pb::PortMapping> {
         .collect()
 }
 
+/// Upstream `ConvertSysctlVariableToDotsSeparator`: a name whose first
+/// separator is `/` has its `/` and `.` swapped (`net/ipv4/conf/eth0.100/x`
+/// becomes `net.ipv4.conf.eth0/100.x`).
+pub(crate) fn dots_separator(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| match c {
+                '.' => '/',
+                '/' => '.',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_string(),
+    }
+}
+
 /// The full `PodSandboxConfig` for `p` at sandbox `attempt`.
 pub(crate) fn sandbox_config(
     cfg: &RuntimeConfig,
@@ -211,7 +364,7 @@ pub(crate) fn sandbox_config(
         .and_then(|s| s.sysctls.as_ref())
         .map(|v| {
             v.iter()
-                .map(|s| (s.name.clone(), s.value.clone()))
+                .map(|s| (dots_separator(&s.name), s.value.clone()))
                 .collect()
         })
         .unwrap_or_default();
@@ -226,7 +379,15 @@ pub(crate) fn sandbox_config(
         hostname: if pod::host_network(p) {
             String::new()
         } else {
-            hostname(p)
+            kernel_hostname(cfg, p).unwrap_or_else(|e| {
+                // Upstream fails the sandbox here; until the manager checks
+                // [`kernel_hostname`] first, the too-long FQDN goes to the
+                // runtime, which refuses it, so the sandbox fails too.
+                tracing::warn!(pod = %pod::describe(p), "{e}");
+                match e {
+                    HostnameError::FqdnTooLong { fqdn } => fqdn,
+                }
+            })
         },
         log_directory: pod_logs_dir(&cfg.pod_logs_dir, p)
             .to_string_lossy()
@@ -278,13 +439,13 @@ mod tests {
             ]
         );
         assert_eq!(d.options, vec!["ndots:5"]);
-        // hostNetwork with ClusterFirst uses the node's resolver instead.
+        // hostNetwork with ClusterFirst uses the node's resolver instead: with
+        // no --resolv-conf, the local one (upstream).
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"hostNetwork": true, "containers": []}}));
-        assert!(
-            dns_config(&cfg(), &p, &HostDns::default())
-                .servers
-                .is_empty()
+        assert_eq!(
+            dns_config(&cfg(), &p, &HostDns::default()).servers,
+            vec!["127.0.0.1"]
         );
         // dnsPolicy None takes only the pod's dnsConfig.
         let p = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
@@ -350,3 +511,6 @@ mod tests {
         assert_eq!(ns.map(|n| n.network), Some(pb::NamespaceMode::Node as i32));
     }
 }
+
+#[cfg(test)]
+mod dns_tests;

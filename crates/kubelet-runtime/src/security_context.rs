@@ -4,9 +4,138 @@
 //! the pod's and each container's `securityContext` turned into CRI
 //! sandbox and container security contexts.
 
+use std::path::Path;
+
 use cri::pb;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
 use kubelet_types::pod;
+
+/// Why a container may not start under `runAsNonRoot` (upstream
+/// `verifyRunAsNonRoot`); the text is upstream's message, shown as the
+/// `CreateContainerConfigError` waiting message.
+#[derive(Debug, thiserror::Error)]
+pub enum NonRootError {
+    /// `runAsUser` is 0.
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsUserRoot {
+        /// Upstream `format.Pod`: `name_namespace(uid)`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The image names its user by name only.
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
+    )]
+    NonNumericUser {
+        /// The image's user name.
+        user: String,
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The image runs as uid 0 (or names no user at all).
+    #[error(
+        "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+    )]
+    ImageRoot {
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// The runtime could not tell the image's user (upstream passes the
+    /// runtime's message on).
+    #[error("{}", .0.message())]
+    ImageStatus(#[source] cri::CriError),
+    /// The image's uid is outside 1..=2^31-1.
+    #[error(
+        "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: {pod:?}, container: {container})"
+    )]
+    InvalidUid {
+        /// The image's uid.
+        uid: i64,
+        /// Upstream `format.Pod`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+}
+
+/// Upstream `getImageUser` then `verifyRunAsNonRoot`, for a container whose
+/// effective `runAsNonRoot` is true (others skip the image lookup).
+pub(crate) async fn check_non_root(
+    images: &crate::images::ImageManager,
+    p: &Pod,
+    c: &Container,
+    image_ref: &str,
+) -> Result<(), NonRootError> {
+    let (non_root, run_as_user) = effective_non_root(p, c);
+    if non_root != Some(true) || run_as_user.is_some() {
+        return verify_run_as_non_root(p, c, None, "");
+    }
+    let (uid, username) = images
+        .image_user(image_ref)
+        .await
+        .map_err(NonRootError::ImageStatus)?;
+    verify_run_as_non_root(p, c, uid, &username)
+}
+
+/// Upstream `format.Pod`: `name_namespace(uid)`.
+fn format_pod(p: &Pod) -> String {
+    format!("{}_{}({})", pod::name(p), pod::namespace(p), pod::uid(p))
+}
+
+/// The container's `runAsNonRoot`/`runAsUser`, its own over the pod's.
+fn effective_non_root(p: &Pod, c: &Container) -> (Option<bool>, Option<i64>) {
+    let sc = c.security_context.as_ref();
+    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    (
+        sc.and_then(|s| s.run_as_non_root)
+            .or_else(|| psc.and_then(|s| s.run_as_non_root)),
+        sc.and_then(|s| s.run_as_user)
+            .or_else(|| psc.and_then(|s| s.run_as_user)),
+    )
+}
+
+/// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot` true the container
+/// must not run as uid 0, judged by `runAsUser` or else the image's user
+/// (`uid`, or `username` when the image names it by name; neither means root,
+/// as upstream `getImageUser`).
+pub fn verify_run_as_non_root(
+    p: &Pod,
+    c: &Container,
+    uid: Option<i64>,
+    username: &str,
+) -> Result<(), NonRootError> {
+    let (non_root, run_as_user) = effective_non_root(p, c);
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let (pod, container) = (format_pod(p), c.name.clone());
+    if let Some(u) = run_as_user {
+        return if u == 0 {
+            Err(NonRootError::RunAsUserRoot { pod, container })
+        } else {
+            Ok(())
+        };
+    }
+    match uid {
+        None if !username.is_empty() => Err(NonRootError::NonNumericUser {
+            user: username.to_string(),
+            pod,
+            container,
+        }),
+        Some(0) => Err(NonRootError::ImageRoot { pod, container }),
+        Some(u) if !(0..=i64::from(i32::MAX)).contains(&u) => Err(NonRootError::InvalidUid {
+            uid: u,
+            pod,
+            container,
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// Paths masked in non-privileged containers (upstream `securitycontext` defaults).
 const MASKED_PATHS: &[&str] = &[
@@ -36,7 +165,7 @@ const READONLY_PATHS: &[&str] = &[
 pub(crate) fn security_context(
     p: &Pod,
     c: &Container,
-    root_dir: &std::path::Path,
+    root_dir: &Path,
 ) -> pb::LinuxContainerSecurityContext {
     let sc = c.security_context.as_ref();
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
@@ -86,64 +215,60 @@ pub(crate) fn security_context(
     }
 }
 
-/// Whether the container's effective security context asks for a non-root
-/// user (so its image's user must be checked).
-pub(crate) fn run_as_non_root(p: &Pod, c: &Container) -> bool {
-    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    c.security_context
-        .as_ref()
-        .and_then(|s| s.run_as_non_root)
-        .or_else(|| psc.and_then(|s| s.run_as_non_root))
-        .unwrap_or(false)
-}
-
-/// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot`, the effective
-/// `runAsUser` must not be 0, or else the image's user must be a non-zero
-/// UID. The message is upstream's.
-pub(crate) fn verify_run_as_non_root(
-    p: &Pod,
-    c: &Container,
-    image_uid: Option<i64>,
-    image_user: &str,
-) -> Result<(), String> {
-    if !run_as_non_root(p, c) {
-        return Ok(());
-    }
-    let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let run_as_user = c
-        .security_context
-        .as_ref()
-        .and_then(|s| s.run_as_user)
-        .or_else(|| psc.and_then(|s| s.run_as_user));
-    let pod = pod::format_pod(p);
-    if let Some(uid) = run_as_user {
-        return if uid == 0 {
-            Err(format!(
-                "container's runAsUser breaks non-root policy (pod: {pod:?}, container: {})",
-                c.name
-            ))
-        } else {
-            Ok(())
-        };
-    }
-    match image_uid {
-        Some(0) => Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {})",
-            c.name
-        )),
-        None if !image_user.is_empty() => Err(format!(
-            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root (pod: {pod:?}, container: {})",
-            c.name
-        )),
-        _ => Ok(()),
-    }
+/// Upstream `apparmor.GetProfile` and `getAppArmorProfile`: the container's
+/// `appArmorProfile`, then the deprecated
+/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation, then
+/// the pod's field; none leaves the runtime's default.
+pub(crate) fn apparmor(p: &Pod, c: &Container) -> Option<pb::SecurityProfile> {
+    use pb::security_profile::ProfileType;
+    let field = |sc: Option<&k8s_openapi::api::core::v1::AppArmorProfile>| {
+        sc.map(|a| (a.type_.clone(), a.localhost_profile.clone()))
+    };
+    let annotation = || {
+        let key = format!("container.apparmor.security.beta.kubernetes.io/{}", c.name);
+        let v = p.metadata.annotations.as_ref()?.get(&key)?;
+        match v.as_str() {
+            "runtime/default" => Some(("RuntimeDefault".to_string(), None)),
+            "unconfined" => Some(("Unconfined".to_string(), None)),
+            v => v
+                .strip_prefix("localhost/")
+                .map(|name| ("Localhost".to_string(), Some(name.to_string()))),
+        }
+    };
+    let (kind, name) = field(
+        c.security_context
+            .as_ref()
+            .and_then(|s: &SecurityContext| s.app_armor_profile.as_ref()),
+    )
+    .or_else(annotation)
+    .or_else(|| {
+        field(
+            p.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.app_armor_profile.as_ref()),
+        )
+    })?;
+    let (profile_type, localhost_ref) = match (kind.as_str(), name) {
+        ("RuntimeDefault", _) => (ProfileType::RuntimeDefault, String::new()),
+        ("Unconfined", _) => (ProfileType::Unconfined, String::new()),
+        ("Localhost", Some(n)) if !n.is_empty() => (ProfileType::Localhost, n),
+        _ => {
+            tracing::warn!(container = %c.name, kind, "Invalid AppArmor profile; the runtime's default applies");
+            return None;
+        }
+    };
+    Some(pb::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref,
+    })
 }
 
 /// The sandbox's security context: the pod's user, groups, namespaces and
 /// seccomp profile; privileged when any container is.
 pub(crate) fn sandbox_security_context(
     p: &Pod,
-    root_dir: &std::path::Path,
+    root_dir: &Path,
 ) -> pb::LinuxSandboxSecurityContext {
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = pod::containers(p)
@@ -214,48 +339,6 @@ pub(crate) fn namespace_options(p: &Pod) -> pb::NamespaceOption {
     }
 }
 
-/// The container's AppArmor profile (upstream `getAppArmorProfile`): the
-/// container's `appArmorProfile`, the pod's, then the deprecated
-/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation;
-/// none when unset (the runtime's default). Admission has already refused
-/// a confined profile on a host without AppArmor.
-fn apparmor(p: &Pod, c: &Container) -> Option<pb::SecurityProfile> {
-    use pb::security_profile::ProfileType;
-    let field = c
-        .security_context
-        .as_ref()
-        .and_then(|s| s.app_armor_profile.as_ref())
-        .or_else(|| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.security_context.as_ref())
-                .and_then(|s| s.app_armor_profile.as_ref())
-        });
-    let profile = |t: ProfileType, r: &str| pb::SecurityProfile {
-        profile_type: t as i32,
-        localhost_ref: r.to_string(),
-    };
-    if let Some(f) = field {
-        return Some(match (f.type_.as_str(), f.localhost_profile.as_deref()) {
-            ("RuntimeDefault", _) => profile(ProfileType::RuntimeDefault, ""),
-            ("Localhost", Some(name)) => profile(ProfileType::Localhost, name),
-            _ => profile(ProfileType::Unconfined, ""),
-        });
-    }
-    let a = annotation(
-        p,
-        &format!("container.apparmor.security.beta.kubernetes.io/{}", c.name),
-    )?;
-    Some(match a {
-        "runtime/default" => profile(ProfileType::RuntimeDefault, ""),
-        "unconfined" => profile(ProfileType::Unconfined, ""),
-        other => profile(
-            ProfileType::Localhost,
-            other.trim_start_matches("localhost/"),
-        ),
-    })
-}
-
 /// The deprecated pod-level seccomp annotation older clusters send.
 const POD_SECCOMP: &str = "seccomp.security.alpha.kubernetes.io/pod";
 /// The deprecated container-level seccomp annotation prefix.
@@ -269,15 +352,17 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// A seccomp profile (upstream `helpers_linux.go` `getSeccompProfile`): the
-/// `seccompProfile` field first, then the deprecated annotation
-/// (`runtime/default`, `docker/default`, `localhost/<path>`, `unconfined`);
-/// Unconfined when neither is set. Localhost profiles live under
-/// `<root-dir>/seccomp`.
+/// A seccomp profile (upstream `helpers_linux.go`): the `seccompProfile`
+/// field first, then the deprecated annotation pods from older clusters and
+/// old manifests carry (`runtime/default`, `docker/default`,
+/// `localhost/<path>`, `unconfined`; upstream stopped reading them in 1.27,
+/// kubelet-rs keeps them for the 1.19+ clusters it joins); Unconfined when
+/// neither is set (upstream's default without `seccompDefault`). A Localhost
+/// profile is the file `<root-dir>/seccomp/<localhostProfile>`.
 pub(crate) fn seccomp(
     profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
     annotation: Option<&str>,
-    root_dir: &std::path::Path,
+    root_dir: &Path,
 ) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
     let localhost = |path: &str| pb::SecurityProfile {
@@ -311,56 +396,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_as_non_root_is_checked_against_the_user_and_the_image() {
-        let p = |sc: serde_json::Value, csc: serde_json::Value| -> Pod {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-                "spec": {"securityContext": sc, "containers": [{"name": "c", "image": "i", "securityContext": csc}]}
-            }))
-            .expect("pod")
-        };
-        let check = |pod: &Pod, uid: Option<i64>, user: &str| {
-            verify_run_as_non_root(pod, &pod::containers(pod)[0], uid, user)
-        };
-        let plain = p(serde_json::json!({}), serde_json::json!({}));
-        assert_eq!(
-            check(&plain, Some(0), ""),
-            Ok(()),
-            "no runAsNonRoot: anything goes"
-        );
-        let nonroot = p(
-            serde_json::json!({"runAsNonRoot": true}),
-            serde_json::json!({}),
-        );
-        assert_eq!(
-            check(&nonroot, Some(0), "").expect_err("root image"),
-            "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)"
-        );
-        assert_eq!(
-            check(&nonroot, None, "nobody").expect_err("named user"),
-            "container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root (pod: \"p_ns(u)\", container: c)"
-        );
-        assert_eq!(check(&nonroot, Some(1000), ""), Ok(()));
-        let root_user = p(
-            serde_json::json!({"runAsNonRoot": true}),
-            serde_json::json!({"runAsUser": 0}),
-        );
-        assert_eq!(
-            check(&root_user, Some(1000), "").expect_err("runAsUser 0"),
-            "container's runAsUser breaks non-root policy (pod: \"p_ns(u)\", container: c)"
-        );
-        let user = p(
-            serde_json::json!({"runAsUser": 1234}),
-            serde_json::json!({"runAsNonRoot": true}),
-        );
-        assert_eq!(
-            check(&user, Some(0), ""),
-            Ok(()),
-            "a non-zero runAsUser wins over the image"
-        );
-    }
-
-    #[test]
     fn seccomp_from_the_field_then_the_deprecated_annotations() {
         use pb::security_profile::ProfileType;
         let p: Pod = serde_json::from_value(serde_json::json!({
@@ -373,9 +408,9 @@ mod tests {
                 {"name": "c", "image": "i", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]}
         }))
         .expect("pod");
-        let root = std::path::Path::new("/var/lib/kubelet");
+        let root = Path::new("/var/lib/kubelet");
         let sc = |i: usize| {
-            security_context(&p, &pod::containers(&p)[i], root)
+            security_context(&p, &kubelet_types::pod::containers(&p)[i], root)
                 .seccomp
                 .expect("seccomp")
         };
@@ -411,13 +446,15 @@ mod tests {
         .expect("pod");
         let c = &pod::containers(&p)[0];
         assert_eq!(
-            security_context(&p, c, std::path::Path::new("/var/lib/kubelet")).supplemental_groups,
+            security_context(&p, c, Path::new("/var/lib/kubelet")).supplemental_groups,
             vec![1001, 5, 6]
         );
         assert_eq!(
-            sandbox_security_context(&p, std::path::Path::new("/var/lib/kubelet"))
-                .supplemental_groups,
+            sandbox_security_context(&p, Path::new("/var/lib/kubelet")).supplemental_groups,
             vec![1001, 5, 6]
         );
     }
 }
+
+#[cfg(test)]
+mod mapping_tests;

@@ -107,29 +107,23 @@ impl KubeRuntimeManager {
                 return Err(e);
             }
         };
-        if crate::security_context::run_as_non_root(p, c) {
-            // Upstream `verifyRunAsNonRoot` against the image's user.
-            let (uid, user) = self.images.image_user(&image_ref).await?;
-            if let Err(message) = crate::security_context::verify_run_as_non_root(p, c, uid, &user)
-            {
-                self.set_reason(
-                    pod::uid(p),
-                    &c.name,
-                    "CreateContainerConfigError",
-                    message.clone(),
-                );
-                self.recorder.event(
-                    &pod_ref(p, Some(&c.name)),
-                    EventType::Warning,
-                    reason::FAILED,
-                    format!("Error: {message}"),
-                );
-                return Err(Error::Container {
-                    reason: "CreateContainerConfigError",
-                    message,
-                    source: None,
-                });
-            }
+        // Upstream `verifyRunAsNonRoot` against the image's user.
+        if let Err(e) =
+            crate::security_context::check_non_root(&self.images, p, c, &image_ref).await
+        {
+            let message = e.to_string();
+            self.set_reason(uid, &c.name, "CreateContainerConfigError", message.clone());
+            self.recorder.event(
+                &pod_ref(p, Some(&c.name)),
+                EventType::Warning,
+                reason::FAILED,
+                format!("Error: {message}"),
+            );
+            return Err(Error::Container {
+                reason: "CreateContainerConfigError",
+                message,
+                source: None,
+            });
         }
         let restart_count = last.map_or(0, |s| s.restart_count + 1);
         self.prune_instances(status, &c.name).await;
