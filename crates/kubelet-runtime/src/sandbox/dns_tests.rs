@@ -204,3 +204,13 @@ fn sysctls_use_dot_separators() {
         Some("1")
     );
 }
+
+#[test]
+fn host_resolv_conf_parses_as_upstream() {
+    let h = HostDns::parse(
+        "# comment\nnameserver 1.1.1.1\nnameserver 2.2.2.2 3.3.3.3\ndomain ignored.example\nsearch old.example\nsearch a.example. . b.example\noptions ndots:1\noptions rotate\n",
+    );
+    assert_eq!(h.servers, vec!["1.1.1.1", "2.2.2.2"]);
+    assert_eq!(h.searches, vec!["a.example", "b.example"]);
+    assert_eq!(h.options, vec!["rotate"]);
+}
