@@ -168,6 +168,11 @@ fn hostname_subdomain_and_fqdn() {
             "failed to construct FQDN from pod hostname and cluster domain, FQDN {long}.sd.ns1.svc.cluster.local is too long (64 characters is the max, 65 characters requested)"
         )
     );
+    // Until the manager checks first, the runtime gets the FQDN and refuses it.
+    assert_eq!(
+        sandbox_config(&cfg(), &p, 0, &host()).hostname,
+        format!("{long}.sd.ns1.svc.cluster.local")
+    );
     // The pod name is cut to 63 characters, then trailing '-' and '.' go.
     let name = format!("{}-x", "b".repeat(62));
     let p = pod(
