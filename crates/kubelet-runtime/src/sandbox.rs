@@ -1,5 +1,7 @@
 //! Pod sandbox configuration (upstream `kuberuntime_sandbox.go`
-//! `generatePodSandboxConfig` and `pkg/kubelet/network/dns`).
+//! `generatePodSandboxConfig`, `pkg/kubelet/network/dns`, and
+//! `kubelet_pods.go` `GeneratePodHostNameAndDomain` with
+//! `util.GetNodenameForKernel` for the hostname).
 
 use std::path::Path;
 

@@ -1,8 +1,10 @@
 //! Security contexts for CRI (upstream `kuberuntime/security_context.go`
 //! `determineEffectiveSecurityContext`, `security_context_linux.go`,
-//! `helpers.go` `namespacesForPod` and `helpers_linux.go` seccomp profiles):
-//! the pod's and each container's `securityContext` turned into CRI
-//! sandbox and container security contexts.
+//! `helpers.go` `namespacesForPod` and `fieldSeccompProfile`,
+//! `getAppArmorProfile`, and `security_context_others.go`
+//! `verifyRunAsNonRoot`): the pod's and each container's `securityContext`
+//! turned into CRI sandbox and container security contexts, and the
+//! `runAsNonRoot` check against the image's user.
 
 use std::path::Path;
 
