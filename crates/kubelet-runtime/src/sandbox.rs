@@ -1,5 +1,7 @@
 //! Pod sandbox configuration (upstream `kuberuntime_sandbox.go`
-//! `generatePodSandboxConfig` and `pkg/kubelet/network/dns`).
+//! `generatePodSandboxConfig`, `pkg/kubelet/network/dns`, and
+//! `kubelet_pods.go` `GeneratePodHostNameAndDomain` with
+//! `util.GetNodenameForKernel` for the hostname).
 
 use std::path::Path;
 
@@ -68,12 +70,24 @@ impl HostDns {
     /// Nameservers, search domains and options of a resolv.conf text.
     pub(crate) fn parse(text: &str) -> Self {
         let mut out = Self::default();
+        // Upstream `parseResolvConf`: nameservers accumulate; the last
+        // `search` and `options` lines win; search paths lose a trailing dot
+        // and a lone "." is dropped; `domain` and comments are ignored.
         for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('#') {
+                continue;
+            }
             let mut f = line.split_whitespace();
             match f.next() {
                 Some("nameserver") => out.servers.extend(f.next().map(String::from)),
-                Some("search") | Some("domain") => out.searches = f.map(String::from).collect(),
-                Some("options") => out.options.extend(f.map(String::from)),
+                Some("search") => {
+                    out.searches = f
+                        .filter(|s| *s != ".")
+                        .map(|s| s.strip_suffix('.').unwrap_or(s).to_string())
+                        .collect();
+                }
+                Some("options") => out.options = f.map(String::from).collect(),
                 _ => {}
             }
         }

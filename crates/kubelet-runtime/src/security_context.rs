@@ -1,8 +1,10 @@
 //! Security contexts for CRI (upstream `kuberuntime/security_context.go`
 //! `determineEffectiveSecurityContext`, `security_context_linux.go`,
-//! `helpers.go` `namespacesForPod` and `helpers_linux.go` seccomp profiles):
-//! the pod's and each container's `securityContext` turned into CRI
-//! sandbox and container security contexts.
+//! `helpers.go` `namespacesForPod` and `fieldSeccompProfile`,
+//! `getAppArmorProfile`, and `security_context_others.go`
+//! `verifyRunAsNonRoot`): the pod's and each container's `securityContext`
+//! turned into CRI sandbox and container security contexts, and the
+//! `runAsNonRoot` check against the image's user.
 
 use std::path::Path;
 
@@ -200,6 +202,7 @@ pub(crate) fn security_context(
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
         supplemental_groups: supplemental_groups(psc),
+        supplemental_groups_policy: supplemental_groups_policy(psc),
         no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         masked_paths: masked,
         readonly_paths: readonly,
@@ -289,6 +292,7 @@ pub(crate) fn sandbox_security_context(
             .and_then(|s| s.run_as_group)
             .map(|value| pb::Int64Value { value }),
         supplemental_groups: supplemental_groups(psc),
+        supplemental_groups_policy: supplemental_groups_policy(psc),
         privileged,
         seccomp: Some(seccomp(
             psc.and_then(|s| s.seccomp_profile.as_ref()),
@@ -308,6 +312,16 @@ fn supplemental_groups(psc: Option<&k8s_openapi::api::core::v1::PodSecurityConte
         .into_iter()
         .chain(psc.supplemental_groups.iter().flatten().copied())
         .collect()
+}
+
+/// The pod's `supplementalGroupsPolicy` as CRI's enum (upstream
+/// `determineEffectiveSecurityContext`): `Strict` keeps the image's
+/// `/etc/group` memberships out; `Merge` (the default) keeps them.
+fn supplemental_groups_policy(psc: Option<&k8s_openapi::api::core::v1::PodSecurityContext>) -> i32 {
+    match psc.and_then(|s| s.supplemental_groups_policy.as_deref()) {
+        Some("Strict") => pb::SupplementalGroupsPolicy::Strict as i32,
+        _ => pb::SupplementalGroupsPolicy::Merge as i32,
+    }
 }
 
 /// Namespace options for sandbox and containers.

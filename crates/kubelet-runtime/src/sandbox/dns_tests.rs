@@ -168,6 +168,11 @@ fn hostname_subdomain_and_fqdn() {
             "failed to construct FQDN from pod hostname and cluster domain, FQDN {long}.sd.ns1.svc.cluster.local is too long (64 characters is the max, 65 characters requested)"
         )
     );
+    // Until the manager checks first, the runtime gets the FQDN and refuses it.
+    assert_eq!(
+        sandbox_config(&cfg(), &p, 0, &host()).hostname,
+        format!("{long}.sd.ns1.svc.cluster.local")
+    );
     // The pod name is cut to 63 characters, then trailing '-' and '.' go.
     let name = format!("{}-x", "b".repeat(62));
     let p = pod(
@@ -203,4 +208,14 @@ fn sysctls_use_dot_separators() {
         sysctls.get("kernel.shm_rmid_forced").map(String::as_str),
         Some("1")
     );
+}
+
+#[test]
+fn host_resolv_conf_parses_as_upstream() {
+    let h = HostDns::parse(
+        "# comment\nnameserver 1.1.1.1\nnameserver 2.2.2.2 3.3.3.3\ndomain ignored.example\nsearch old.example\nsearch a.example. . b.example\noptions ndots:1\noptions rotate\n",
+    );
+    assert_eq!(h.servers, vec!["1.1.1.1", "2.2.2.2"]);
+    assert_eq!(h.searches, vec!["a.example", "b.example"]);
+    assert_eq!(h.options, vec!["rotate"]);
 }

@@ -197,3 +197,24 @@ fn apparmor_field_then_annotation_then_pod() {
     let none = one(serde_json::json!({}), serde_json::json!({}));
     assert_eq!(apparmor(&none, &pod::containers(&none)[0]), None);
 }
+
+#[test]
+fn supplemental_groups_policy_reaches_sandbox_and_container() {
+    let p = one(
+        serde_json::json!({"supplementalGroupsPolicy": "Strict"}),
+        serde_json::json!({}),
+    );
+    let strict = pb::SupplementalGroupsPolicy::Strict as i32;
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"));
+    assert_eq!(sc.supplemental_groups_policy, strict);
+    assert_eq!(
+        sandbox_security_context(&p, Path::new("/")).supplemental_groups_policy,
+        strict
+    );
+    let p = one(serde_json::json!({}), serde_json::json!({}));
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"));
+    assert_eq!(
+        sc.supplemental_groups_policy,
+        pb::SupplementalGroupsPolicy::Merge as i32
+    );
+}
