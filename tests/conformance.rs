@@ -184,6 +184,7 @@ impl Suite {
             Err(e) => panic!("pod {short}: {e}"),
         };
         self.pods.lock().push(name.clone());
+        self.wait_for_room(&p).await;
         match Api::<Pod>::namespaced(self.j.admin.clone(), NS)
             .create(&PostParams::default(), &p)
             .await
@@ -193,6 +194,61 @@ impl Suite {
                 self.fail(spec_name, format!("creating pod {name}: {e}"));
                 false
             }
+        }
+    }
+
+    /// Acts as the scheduler would before binding `p` to the node: waits
+    /// (bounded) until its cpu and memory requests fit the node's
+    /// allocatable next to the active pods already bound there. The specs
+    /// of a file run at once, and a small CI node cannot hold all their
+    /// requests together; the kubelet would rightly reject the excess
+    /// (`OutOfcpu`), which upstream's scheduler never lets happen.
+    async fn wait_for_room(&self, p: &Pod) {
+        use kubelet_types::quantity::Quantity;
+        let amount = |name: &str, v: &Value| -> i64 {
+            let q = v.as_str().and_then(|s| Quantity::parse(s).ok());
+            match (name, q) {
+                ("cpu", Some(q)) => q.milli_value(),
+                (_, Some(q)) => q.value(),
+                _ => 0,
+            }
+        };
+        let requests = |pod: &Value, name: &str| -> i64 {
+            pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| amount(name, &c["resources"]["requests"][name]))
+                .sum()
+        };
+        let Ok(want) = serde_json::to_value(p) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while tokio::time::Instant::now() < deadline {
+            let node = self.j.api.get("nodes", "", &self.j.node.name).unwrap_or(Value::Null);
+            let fits = ["cpu", "memory"].iter().all(|r| {
+                let asked = requests(&want, r);
+                if asked == 0 {
+                    return true;
+                }
+                let used: i64 = self
+                    .j
+                    .api
+                    .list("pods")
+                    .iter()
+                    .filter(|o| o["spec"]["nodeName"] == self.j.node.name.as_str())
+                    .filter(|o| {
+                        !matches!(o["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+                    })
+                    .map(|o| requests(o, r))
+                    .sum();
+                asked + used <= amount(r, &node["status"]["allocatable"][*r])
+            });
+            if fits {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
