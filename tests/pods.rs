@@ -304,8 +304,9 @@ async fn exec_ws(s: &Suite, addr: SocketAddr) {
     if !s.pod(EXEC_WS, short, p).await || !s.wait_running(EXEC_WS, short, T).await {
         return;
     }
+    // The apiserver turns `stdout=1&stderr=1` into the kubelet's `output=1&error=1`.
     let path = format!(
-        "/exec/{NS}/{}/main?stderr=1&stdout=1&command=echo&command=remote%20execution%20test",
+        "/exec/{NS}/{}/main?error=1&output=1&command=echo&command=remote%20execution%20test",
         s.name(short)
     );
     let out = match ws_read(addr, &path, "channel.k8s.io").await {
