@@ -25,6 +25,7 @@ STATE=/var/lib/kubelet-rs
 LOGDIR=/var/log/kubelet-rs
 BUSYBOX_TAGS=(1.35 latest)
 PAUSE_TAG=3.9
+AGNHOST_IMAGE=agnhost-entrypoint:1.0
 # The registry that needs credentials, and the fixed test credentials for it
 # (tests/pull_secrets.rs uses the same). Loopback only: not a secret.
 AUTH_REGISTRY=127.0.0.1:5001
@@ -55,6 +56,7 @@ check() {
   if [ $bad -eq 0 ]; then
     for t in "${BUSYBOX_TAGS[@]}"; do image_in_registry "busybox:$t" || { log "image busybox:$t missing"; bad=1; }; done
     image_in_registry "pause:$PAUSE_TAG" || { log "image pause:$PAUSE_TAG missing"; bad=1; }
+    image_in_registry "$AGNHOST_IMAGE" || { log "image $AGNHOST_IMAGE missing"; bad=1; }
   fi
   if ! auth_registry_up; then
     log "no image registry taking the test credentials on $AUTH_REGISTRY"; bad=1
@@ -251,6 +253,7 @@ build_image() { # name tag entrypoint-json cmd-json...
   done
   echo 'root:x:0:0:root:/root:/bin/sh' > "$work/bundle/rootfs/etc/passwd"
   echo 'root:x:0:' > "$work/bundle/rootfs/etc/group"
+  [ -z "${IMAGE_EXTRA:-}" ] || "$IMAGE_EXTRA" "$work/bundle/rootfs"
   umoci repack --image "$work/oci:$tag" "$work/bundle" >/dev/null
   umoci config --image "$work/oci:$tag" --config.env PATH=/bin "$@" >/dev/null
   skopeo copy --quiet --dest-tls-verify=false "oci:$work/oci:$tag" "docker://$REGISTRY/$name:$tag"
@@ -263,6 +266,25 @@ done
 image_in_registry "pause:$PAUSE_TAG" || build_image pause "$PAUSE_TAG" \
   --config.entrypoint /bin/sh --config.entrypoint -c \
   --config.entrypoint 'trap "exit 0" TERM INT; sleep 2147483647 & wait'
+
+# Stand-in for agnhost's entrypoint defaults (ENTRYPOINT /agnhost, CMD pause)
+# for the "Docker Containers" specs: `/agnhost entrypoint-tester ARGS` prints
+# its argv as Go's fmt does ("[/agnhost entrypoint-tester ARGS]"), `pause`
+# prints "Paused" and sleeps; /agnhost-2 is the same program.
+agnhost_files() { # rootfs
+  cat > "$1/agnhost" <<'SCRIPT'
+#!/bin/sh
+case "$1" in
+entrypoint-tester) echo "[$0 $*]" ;;
+pause) echo Paused; trap 'exit 0' TERM INT; sleep 2147483647 & wait ;;
+*) echo "unknown subcommand: $1" >&2; exit 1 ;;
+esac
+SCRIPT
+  chmod 0755 "$1/agnhost"
+  cp "$1/agnhost" "$1/agnhost-2"
+}
+image_in_registry "$AGNHOST_IMAGE" || IMAGE_EXTRA=agnhost_files build_image "${AGNHOST_IMAGE%%:*}" "${AGNHOST_IMAGE#*:}" \
+  --config.entrypoint /agnhost --config.cmd pause
 
 # The same busybox, behind the test credentials.
 if ! image_in_auth_registry "$AUTH_IMAGE"; then
