@@ -226,7 +226,11 @@ impl Suite {
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         while tokio::time::Instant::now() < deadline {
-            let node = self.j.api.get("nodes", "", &self.j.node.name).unwrap_or(Value::Null);
+            let node = self
+                .j
+                .api
+                .get("nodes", "", &self.j.node.name)
+                .unwrap_or(Value::Null);
             let fits = ["cpu", "memory"].iter().all(|r| {
                 let asked = requests(&want, r);
                 if asked == 0 {

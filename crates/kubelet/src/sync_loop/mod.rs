@@ -137,6 +137,36 @@ enum ProbeKind {
     Startup,
 }
 
+/// Upstream `status.NeedToReconcilePodReadiness`: the pod has readiness
+/// gates and its Ready condition, recomputed from its current status,
+/// differs from the one it carries.
+fn need_to_reconcile_pod_readiness(p: &Pod) -> bool {
+    let gates = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let Some(status) = p.status.as_ref().filter(|_| gates) else {
+        return false;
+    };
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let all: Vec<_> = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .cloned()
+        .collect();
+    let phase = status
+        .phase
+        .as_deref()
+        .and_then(|ph| ph.parse::<kubelet_types::PodPhase>().ok())
+        .unwrap_or(kubelet_types::PodPhase::Pending);
+    let want = crate::status::conditions::pod_ready(p, &conditions, &all, phase);
+    let have = conditions.iter().find(|c| c.type_ == "Ready");
+    have.is_none_or(|c| c.status != want.status)
+}
+
 fn orphan_stub(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
     let mut p = Pod::default();
     p.metadata.uid = Some(uid.to_string());
@@ -240,7 +270,16 @@ impl SyncLoop {
             }
             PodOperation::Reconcile => {
                 for p in u.pods {
-                    self.desired.add_pod(p);
+                    self.desired.add_pod(p.clone());
+                    // Upstream `HandlePodReconcile`: a status change from
+                    // others (a readiness gate's condition) that changes Ready.
+                    if !self.rejected.contains(pod::uid(&p))
+                        && p.metadata.deletion_timestamp.is_none()
+                        && need_to_reconcile_pod_readiness(&p)
+                    {
+                        debug!(pod = %pod::describe(&p), "SyncLoop RECONCILE: readiness gates changed");
+                        self.dispatch(WorkKind::Sync, p);
+                    }
                 }
             }
             PodOperation::Set => {}

@@ -504,3 +504,44 @@ async fn housekeeping_stops_probe_workers_of_pods_nobody_wants() {
     );
     h.stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_readiness_gate_turning_true_resyncs_the_pod() {
+    let h = start();
+    let mut p = pods::simple("gated", "busybox", "Always");
+    let uid = pod::uid(&p).to_string();
+    let c = pod::containers(&p)[0].name.clone();
+    p.spec.as_mut().expect("spec").readiness_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+    let status = |gate: &str, ready: &str| -> k8s_openapi::api::core::v1::PodStatus {
+        serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": ready}, {"type": "example.com/lb", "status": gate}],
+            "containerStatuses": [{"name": c, "image": "busybox", "imageID": "", "ready": true,
+                "restartCount": 0, "started": true, "state": {"running": {}}}]
+        }))
+        .expect("status")
+    };
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    h.workers.take();
+    // Others' condition is still False, and Ready says so: nothing to do.
+    p.status = Some(status("False", "False"));
+    h.config
+        .send(update(PodOperation::Reconcile, &p))
+        .await
+        .ok();
+    settle().await;
+    assert!(h.workers.take().is_empty());
+    // The gate turned True: Ready must be recomputed by a sync.
+    p.status = Some(status("True", "False"));
+    h.config
+        .send(update(PodOperation::Reconcile, &p))
+        .await
+        .ok();
+    settle().await;
+    assert_eq!(h.workers.take(), vec![(uid, WorkKind::Sync)]);
+    h.stop.cancel();
+}
