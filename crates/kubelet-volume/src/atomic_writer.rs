@@ -167,7 +167,12 @@ impl AtomicWriter {
                 tracing::error!("{ctx}: error removing old visible symlinks: {e}");
             })?;
         if !old_ts_dir.as_os_str().is_empty() {
-            std::fs::remove_dir_all(&old_ts_path).map_err(|e| {
+            // Gone already is fine, as Go's `os.RemoveAll`: the swap succeeded.
+            match std::fs::remove_dir_all(&old_ts_path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                r => r,
+            }
+            .map_err(|e| {
                 tracing::error!(
                     "{ctx}: error removing old data directory {}: {e}",
                     old_ts_dir.display()

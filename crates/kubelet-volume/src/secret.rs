@@ -91,7 +91,7 @@ pub fn make_payload(
                         continue;
                     }
                     return Err(Error::Invalid(format!(
-                        "secret references non-existent secret key: {}",
+                        "references non-existent secret key: {}",
                         item.key
                     )));
                 };

@@ -295,6 +295,9 @@ impl RuntimePodSyncer {
         if let Some((volumes, host)) = &self.volumes {
             if terminal {
                 volumes.pod_terminated(uid, false);
+                // Upstream `SyncTerminatedPod`: a finished pod needs no
+                // ConfigMap/Secret watches any more.
+                host.unregister_pod(p);
             } else {
                 host.register_pod(p);
             }
@@ -374,9 +377,9 @@ impl RuntimePodSyncer {
             {
                 return Err(Error::VolumesStillMounted);
             }
-            if remove {
-                host.unregister_pod(p);
-            }
+            // Its volumes are gone: so are its ConfigMap/Secret watches,
+            // whether or not the pod object goes too.
+            host.unregister_pod(p);
         }
         if remove {
             // Killing changes states, not which containers and sandboxes exist.

@@ -118,7 +118,7 @@ async fn items_modes_and_optional_rules() {
         .expect_err("missing key");
     assert_eq!(
         err.to_string(),
-        "secret references non-existent secret key: missing"
+        "references non-existent secret key: missing"
     );
 
     let src = SecretVolumeSource {
