@@ -48,6 +48,8 @@ pub struct Suite {
     pub j: Joined,
     failures: Mutex<Vec<String>>,
     pods: Mutex<Vec<String>>,
+    /// Serializes the room check and the create (one scheduler).
+    binding: tokio::sync::Mutex<()>,
 }
 
 impl Suite {
@@ -62,6 +64,7 @@ impl Suite {
             j: Joined::start(options).await,
             failures: Mutex::new(Vec::new()),
             pods: Mutex::new(Vec::new()),
+            binding: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -184,11 +187,15 @@ impl Suite {
             Err(e) => panic!("pod {short}: {e}"),
         };
         self.pods.lock().push(name.clone());
-        self.wait_for_room(&p).await;
-        match Api::<Pod>::namespaced(self.j.admin.clone(), NS)
-            .create(&PostParams::default(), &p)
-            .await
-        {
+        // Check and bind one pod at a time, so two pods never take the same room.
+        let bound = {
+            let _one = self.binding.lock().await;
+            self.wait_for_room(&p).await;
+            Api::<Pod>::namespaced(self.j.admin.clone(), NS)
+                .create(&PostParams::default(), &p)
+                .await
+        };
+        match bound {
             Ok(_) => true,
             Err(e) => {
                 self.fail(spec_name, format!("creating pod {name}: {e}"));
