@@ -17,6 +17,10 @@ Watch the pods from another shell:
   ctr -n k8s.io containers ls          (crictl pods / crictl ps, if crictl is installed)
   ls /var/log/pods/; tail -f /var/log/pods/default_web-*/httpd/0.log
   curl -s localhost:10248/healthz
+Served on loopback only: /healthz on 127.0.0.1:10248, the node API on
+https://127.0.0.1:10250 and the read-only port on 127.0.0.1:10255 (anonymous
+requests are allowed there, as upstream's flag defaults; pass --address,
+--anonymous-auth or --authorization-mode to choose otherwise).
 Edit, add or remove files in deploy/manifests and watch the pods follow. Ctrl-C stops
 kubelet-rs; the containers keep running and are adopted on the next start.
 MSG

@@ -316,6 +316,11 @@ impl ExtraFlags {
             .push(value.to_string());
         Ok(())
     }
+
+    /// Forgets every value given for a flag, as if it had not been given.
+    pub fn remove(&mut self, name: &str) {
+        self.values.remove(name);
+    }
 }
 
 fn help_for(f: &UpstreamFlag) -> String {

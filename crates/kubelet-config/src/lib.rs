@@ -430,8 +430,10 @@ impl KubeletConfig {
 
         let settings = settings::resolve_settings(flags, f)?;
         let cluster = cluster::resolve(flags, f)?;
+        let from_flags = settings::resolve_settings(flags, &empty)?;
         let server = server::resolve(
             &settings,
+            &from_flags,
             cluster.port,
             file.is_some(),
             f.other

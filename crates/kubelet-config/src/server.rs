@@ -8,7 +8,11 @@
 //! authentication on, `Webhook` authorization, no read-only port); with flags
 //! alone upstream's `applyLegacyDefaults` keeps the old command-line ones
 //! (anonymous on, webhook authentication off, `AlwaysAllow`, read-only port
-//! 10255).
+//! 10255). With flags alone and none of `--anonymous-auth`,
+//! `--authorization-mode` and `--address` given, kubelet-rs binds loopback
+//! instead ([`exposure`]).
+
+mod exposure;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -17,6 +21,8 @@ use std::time::Duration;
 
 use crate::settings::SettingValue;
 use crate::{ConfigError, invalid};
+
+pub use exposure::Exposure;
 
 /// `authorization.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +72,10 @@ pub struct Authorization {
 pub struct ServerConfig {
     /// `enableServer`: serve the node API at all.
     pub enable_server: bool,
-    /// `address` (0.0.0.0).
+    /// `address` (0.0.0.0; loopback when [`Exposure::LoopbackOnly`]).
     pub address: IpAddr,
+    /// How open the node API is to anonymous clients, and why.
+    pub exposure: Exposure,
     /// `port` (10250).
     pub port: u16,
     /// `readOnlyPort` (0 = off).
@@ -121,11 +129,13 @@ fn duration_of(
     }
 }
 
-/// Resolves the node API's settings from the resolved `settings` map, the
-/// kubelet `port`, whether a config file was given (which set of defaults
-/// applies) and the file's `enableDebugFlagsHandler`, a field with no flag.
+/// Resolves the node API's settings from the resolved `settings` map (and
+/// the part of it given as flags), the kubelet `port`, whether a config file
+/// was given (which set of defaults applies) and the file's
+/// `enableDebugFlagsHandler`, a field with no flag.
 pub fn resolve(
     settings: &BTreeMap<&'static str, SettingValue>,
+    from_flags: &BTreeMap<&'static str, SettingValue>,
     port: u16,
     config_file: bool,
     enable_debug_flags_handler: Option<bool>,
@@ -154,6 +164,15 @@ pub fn resolve(
             ));
         }
     };
+    let anonymous_enabled = bool_of(settings, "authentication.anonymous.enabled", !config_file);
+    let (exposure, address) = exposure::decide(
+        settings,
+        from_flags,
+        config_file,
+        anonymous_enabled,
+        mode == AuthorizationMode::AlwaysAllow,
+        address,
+    );
     let tls_cipher_suites = match settings.get("tlsCipherSuites") {
         Some(SettingValue::List(l)) => l.clone(),
         _ => vec![],
@@ -161,6 +180,7 @@ pub fn resolve(
     Ok(ServerConfig {
         enable_server: bool_of(settings, "enableServer", true),
         address,
+        exposure,
         port,
         read_only_port,
         tls_cert_file: string_of(settings, "tlsCertFile").map(PathBuf::from),
@@ -184,7 +204,7 @@ pub fn resolve(
                 "authentication.webhook.cacheTTL",
                 Duration::from_secs(120),
             )?,
-            anonymous_enabled: bool_of(settings, "authentication.anonymous.enabled", !config_file),
+            anonymous_enabled,
         },
         authorization: Authorization {
             mode,
@@ -225,7 +245,8 @@ mod tests {
         assert!(s.authentication.anonymous_enabled);
         assert!(!s.authentication.webhook_enabled);
         assert_eq!(s.authorization.mode, AuthorizationMode::AlwaysAllow);
-        assert_eq!(s.address.to_string(), "0.0.0.0");
+        // kubelet-rs binds loopback then (exposure.rs), not upstream's 0.0.0.0.
+        assert_eq!(s.address.to_string(), "127.0.0.1");
         assert!(s.enable_server && s.enable_debugging_handlers);
     }
 

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kubelet_config::KubeletConfig;
-use kubelet_config::server::ServerConfig;
+use kubelet_config::server::{Exposure, ServerConfig};
 use kubelet_server::ServerError;
 use kubelet_server::auth::{
     AnonymousSettings, AuthenticationSettings, AuthorizationSettings, KubeletAuth,
@@ -22,7 +22,7 @@ use kubelet_server::tls::TlsSettings;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, info_span};
+use tracing::{info, info_span, warn};
 
 use kubelet_client::certificate::self_signed;
 use kubelet_client::{ServingCert, ServingCertManager};
@@ -116,6 +116,7 @@ impl NodeApi {
                 cert_task: None,
             });
         }
+        log_exposure(cfg);
         let secure = listen("server", SocketAddr::new(cfg.address, cfg.port)).await?;
         let read_only = match cfg.read_only_port {
             0 => None,
@@ -136,6 +137,29 @@ impl NodeApi {
             self.secure.as_ref().and_then(|l| l.local_addr().ok()),
             self.read_only.as_ref().and_then(|l| l.local_addr().ok()),
         )
+    }
+}
+
+/// Says once at start who may use the node API: kubelet-rs narrowed it to
+/// loopback, or which flags and config fields opened it to anonymous clients
+/// with `AlwaysAllow`.
+fn log_exposure(cfg: &ServerConfig) {
+    match &cfg.exposure {
+        Exposure::Guarded => {}
+        Exposure::LoopbackOnly => warn!(
+            address = %cfg.address,
+            "Serving the node API on loopback only: anonymous requests with AlwaysAllow come from \
+             upstream's legacy flag defaults alone. Give --anonymous-auth=false and \
+             --authorization-mode=Webhook (or a --config file) to serve it securely on every \
+             address; --address, --anonymous-auth=true or --authorization-mode=AlwaysAllow keeps \
+             upstream's open behaviour"
+        ),
+        Exposure::Open { by } => warn!(
+            address = %cfg.address,
+            opened_by = %by.join(", "),
+            "The node API allows anonymous requests everything (AlwaysAllow), including exec in \
+             every container"
+        ),
     }
 }
 
