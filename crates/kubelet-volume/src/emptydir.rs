@@ -198,12 +198,7 @@ pub(crate) fn remove_ready_blocking(dir: &Path, meta_name: &str) -> Result<()> {
         .join("plugins")
         .join(names::EMPTY_DIR)
         .join(meta_name);
-    match std::fs::remove_dir_all(&meta) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(Error::io("remove ready dir", meta)(e))
-        }
-        _ => Ok(()),
-    }
+    crate::removeall::remove_all_one_filesystem_blocking(&meta)
 }
 
 /// Upstream `calculateEmptyDirMemorySize`: node allocatable memory, lowered

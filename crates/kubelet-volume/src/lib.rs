@@ -21,6 +21,7 @@ pub mod ownership;
 pub mod plugin;
 pub mod projected;
 pub mod pvc;
+pub mod removeall;
 pub mod secret;
 pub mod subpath;
 

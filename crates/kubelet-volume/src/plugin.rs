@@ -189,20 +189,19 @@ pub async fn tear_down(plugin: &str, dir: &Path) -> Result<()> {
                     .join(", ")
             )));
         }
-        let removed = if plugin == names::LOCAL_VOLUME {
-            std::fs::remove_dir(&dir)
+        if plugin == names::LOCAL_VOLUME {
+            match std::fs::remove_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io("remove volume directory", &dir)(e));
+                }
+                _ => {}
+            }
         } else {
-            std::fs::remove_dir_all(&dir)
-        };
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(Error::io("remove volume directory", &dir)(e))
-            }
-            _ => {
-                tracing::debug!(plugin, dir = %dir.display(), "tore down volume");
-                Ok(())
-            }
+            // Never through a mount that appears meanwhile.
+            crate::removeall::remove_all_one_filesystem_blocking(&dir)?;
         }
+        tracing::debug!(plugin, dir = %dir.display(), "tore down volume");
+        Ok(())
     })
     .await
 }

@@ -18,6 +18,7 @@ pub mod envvars;
 pub mod error;
 pub mod host;
 pub mod kubelet_pods;
+pub mod kubelet_volumes;
 mod lifecycle;
 pub mod mirror;
 pub mod objects;

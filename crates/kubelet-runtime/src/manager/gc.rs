@@ -1,7 +1,7 @@
 //! Removal of what a pod no longer needs (upstream `kuberuntime_gc.go`
 //! `evictSandboxes`, `removeOldestN`, and the pod cleanup of
-//! `kubelet_pods.go`): dead sandboxes, old container instances, and every
-//! trace of a pod that is gone.
+//! `kubelet_pods.go`): dead sandboxes, old container instances, and the
+//! runtime's traces of a pod that is gone (never its pod directory).
 
 use cri::pb;
 use tracing::{info, warn};
@@ -47,7 +47,9 @@ impl KubeRuntimeManager {
     }
 
     /// Removes every container and sandbox of a pod no source wants any more,
-    /// and its log directory. Call after [`Self::kill_pod`].
+    /// its cgroups and its log directory; not `<root-dir>/pods/<uid>`,
+    /// which the kubelet's volume clean-up removes. Call after
+    /// [`Self::kill_pod`].
     pub async fn remove_pod(&self, status: &PodStatus) -> Result<()> {
         for c in &status.containers {
             match self.runtime.remove_container(&c.id).await {
@@ -64,12 +66,10 @@ impl KubeRuntimeManager {
             }
         }
         crate::cgroups::destroy_pod_cgroups(&self.cfg, &status.uid).await;
-        let data = crate::termination::pod_dir(&self.cfg.root_dir, &status.uid);
-        if let Err(e) = tokio::fs::remove_dir_all(&data).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            warn!(dir = %data.display(), error = %e, "Failed to remove pod directory");
-        }
+        // `<root-dir>/pods/<uid>` is not the runtime's: volumes and subPath
+        // bind mounts live there, and only the kubelet's orphaned pod
+        // directory clean-up (upstream `cleanupOrphanedPodDirs`) removes
+        // it, once nothing is mounted under it.
         if !status.name.is_empty() {
             let dir = self.cfg.pod_logs_dir.join(format!(
                 "{}_{}_{}",

@@ -14,8 +14,12 @@
 //! Volumes are torn down after the pod's containers are gone
 //! ([`VolumeManager::pod_terminated`]). After a kubelet restart the volumes
 //! found on disk are adopted: a pod that comes back gets the same directories
-//! (an emptyDir keeps its data), and once every pod source has reported, the
-//! directories of pods nobody wants are torn down and removed.
+//! (an emptyDir keeps its data), a pod being killed has them torn down
+//! (no API object is needed for that), and once every pod source has
+//! reported, the directories of pods nobody wants are torn down and removed.
+//! A volume's subPath mounts go before it; while they cannot, the volume
+//! stays set up and its tear-down is retried. Pod directories are removed
+//! only as [`crate::kubelet_volumes`] allows, here and nowhere else.
 
 mod ops;
 mod reconciler;
@@ -139,6 +143,11 @@ pub(crate) struct PodEntry {
     pub pod: Option<Arc<Pod>>,
     /// Wanted: its volumes are set up and kept. Not wanted: torn down.
     pub desired: bool,
+    /// The pod's containers are gone ([`VolumeManager::pod_terminated`]):
+    /// its volumes are torn down, whether or not the pod was seen since a
+    /// restart (a pod deleted while the kubelet was down is known only by
+    /// what is on disk).
+    pub terminated: bool,
     /// Remove `<pods>/<uid>` once everything is torn down.
     pub remove_dir: bool,
     /// `<pods>/<uid>` is being removed: nothing is set up for the UID
@@ -226,6 +235,7 @@ impl VolumeManager {
             let entry = st.pods.entry(uid).or_insert_with(|| PodEntry {
                 pod: None,
                 desired: true,
+                terminated: false,
                 remove_dir: false,
                 removing: false,
                 volumes: BTreeMap::new(),
@@ -233,6 +243,7 @@ impl VolumeManager {
             });
             entry.pod = Some(p.clone());
             entry.desired = true;
+            entry.terminated = false;
             entry.remove_dir = false;
             entry.errors.clear();
             let used = expected_volumes(p);
@@ -406,6 +417,7 @@ impl VolumeManager {
             let mut st = self.inner.state.lock();
             if let Some(e) = st.pods.get_mut(uid) {
                 e.desired = false;
+                e.terminated = true;
                 e.remove_dir |= remove_dir;
             } else if remove_dir {
                 st.pods.insert(
@@ -413,6 +425,7 @@ impl VolumeManager {
                     PodEntry {
                         pod: None,
                         desired: false,
+                        terminated: true,
                         remove_dir: true,
                         removing: false,
                         volumes: BTreeMap::new(),

@@ -34,16 +34,30 @@ pub trait VolumeOps: Send + Sync + 'static {
     ) -> Result<MountedVolume, kubelet_volume::Error>;
     /// Tears down a volume directory.
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error>;
-    /// Unmounts and removes the pod's subPath bind mounts (upstream
-    /// `CleanSubPaths`), before its volumes are torn down.
-    async fn clean_subpaths(&self, pods_dir: &Path, uid: &str)
-    -> Result<(), kubelet_volume::Error>;
-    /// Volume directories under `pods_dir` (upstream's reconstruction).
+    /// Unmounts and removes the subPath bind mounts of one volume of the
+    /// pod (upstream `CleanSubPaths`), before the volume is torn down; an
+    /// error fails the tear-down.
+    async fn clean_subpaths(
+        &self,
+        pods_dir: &Path,
+        uid: &str,
+        volume: &str,
+    ) -> Result<(), kubelet_volume::Error>;
+    /// Volume directories and subPath mounts under `pods_dir` (upstream's
+    /// reconstruction).
     async fn reconstruct(&self, pods_dir: &Path) -> Vec<OnDisk>;
-    /// Removes a pod's directory once nothing is mounted under it (upstream
-    /// `cleanupOrphanedPodDirs`).
+    /// The UIDs of the pod directories under `pods_dir` (upstream
+    /// `listPodsFromDisk`).
+    async fn list_pod_dirs(&self, pods_dir: &Path) -> Result<Vec<String>, kubelet_volume::Error>;
+    /// Removes a pod's directory once nothing is mounted under it and its
+    /// subPath mounts are gone (upstream `cleanupOrphanedPodDirs`).
     async fn remove_pod_dir(&self, dir: &Path) -> Result<(), kubelet_volume::Error>;
 }
+
+/// The plugin of a volume found on disk only as `volume-subpaths/<name>`
+/// (a hostPath, or a volume torn down before a crash): it has no directory
+/// of its own; its tear-down is the clean-up of its subPath mounts.
+pub(crate) const SUBPATHS_ONLY: &str = "volume-subpaths";
 
 /// The real operations, through `kubelet-volume`'s plugins.
 pub struct KubeletVolumeOps {
@@ -100,8 +114,9 @@ impl VolumeOps for KubeletVolumeOps {
         &self,
         pods_dir: &Path,
         uid: &str,
+        volume: &str,
     ) -> Result<(), kubelet_volume::Error> {
-        kubelet_volume::subpath::clean_subpaths(pods_dir, uid).await
+        kubelet_volume::subpath::clean_volume_subpaths(pods_dir, uid, volume).await
     }
 
     async fn reconstruct(&self, pods_dir: &Path) -> Vec<OnDisk> {
@@ -111,15 +126,28 @@ impl VolumeOps for KubeletVolumeOps {
             .unwrap_or_default()
     }
 
+    async fn list_pod_dirs(&self, pods_dir: &Path) -> Result<Vec<String>, kubelet_volume::Error> {
+        let pods_dir = pods_dir.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            crate::kubelet_volumes::list_pods_from_disk_blocking(&pods_dir)
+        })
+        .await
+        .map_err(joined)?
+    }
+
     async fn remove_pod_dir(&self, dir: &Path) -> Result<(), kubelet_volume::Error> {
         let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || remove_unmounted(&dir))
+        tokio::task::spawn_blocking(move || crate::kubelet_volumes::remove_pod_dir_blocking(&dir))
             .await
-            .map_err(|e| kubelet_volume::Error::Io {
-                context: "remove pod directory",
-                path: PathBuf::new(),
-                source: std::io::Error::other(e.to_string()),
-            })?
+            .map_err(joined)?
+    }
+}
+
+fn joined(e: tokio::task::JoinError) -> kubelet_volume::Error {
+    kubelet_volume::Error::Io {
+        context: "blocking task",
+        path: PathBuf::new(),
+        source: std::io::Error::other(e.to_string()),
     }
 }
 
@@ -134,7 +162,9 @@ fn read_dir(p: &Path) -> Vec<(String, PathBuf)> {
         .unwrap_or_default()
 }
 
-/// `<pods>/<uid>/volumes/<plugin>/<name>` directories.
+/// `<pods>/<uid>/volumes/<plugin>/<name>` directories, then
+/// `<pods>/<uid>/volume-subpaths/<name>` (subPath mounts a pod removed while
+/// the kubelet was down may have left).
 fn scan(pods_dir: &Path) -> Vec<OnDisk> {
     let mut out = Vec::new();
     for (uid, pod_dir) in read_dir(pods_dir) {
@@ -148,26 +178,45 @@ fn scan(pods_dir: &Path) -> Vec<OnDisk> {
                 });
             }
         }
+        for (name, dir) in read_dir(&pod_dir.join("volume-subpaths")) {
+            out.push(OnDisk {
+                uid: uid.clone(),
+                plugin: SUBPATHS_ONLY,
+                name,
+                dir,
+            });
+        }
     }
     out
 }
 
-/// Removes `dir` unless anything is still mounted at or under it.
-fn remove_unmounted(dir: &Path) -> Result<(), kubelet_volume::Error> {
-    let Ok(canonical) = std::fs::canonicalize(dir) else {
-        return Ok(());
-    };
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(kubelet_volume::Error::io("read", "/proc/self/mountinfo"))?;
-    let busy = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mp| Path::new(mp).starts_with(&canonical));
-    if busy {
-        return Err(kubelet_volume::Error::Invalid(format!(
-            "pod directory {} still has mounts under it",
-            dir.display()
-        )));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconstruction_finds_volume_directories_and_subpath_mounts() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let pod = tmp.path().join("u1");
+        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~secret/token")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("volume-subpaths/data/c/0")).expect("mkdir");
+        let found = scan(tmp.path());
+        assert_eq!(
+            found,
+            vec![
+                OnDisk {
+                    uid: "u1".into(),
+                    plugin: names::SECRET,
+                    name: "token".into(),
+                    dir: pod.join("volumes/kubernetes.io~secret/token"),
+                },
+                OnDisk {
+                    uid: "u1".into(),
+                    plugin: SUBPATHS_ONLY,
+                    name: "data".into(),
+                    dir: pod.join("volume-subpaths/data"),
+                },
+            ]
+        );
     }
-    std::fs::remove_dir_all(dir).map_err(kubelet_volume::Error::io("remove", dir))
 }

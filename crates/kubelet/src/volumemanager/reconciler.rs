@@ -2,8 +2,13 @@
 //! when woken, starts a set-up for each desired volume that is not set up
 //! (or must be rewritten) and whose backoff has passed, and a tear-down for
 //! each volume no longer desired; one operation per volume at a time
-//! (upstream `nestedpendingoperations`). Also the reconstruction of volumes
-//! found on disk after a restart (upstream `reconstruct`).
+//! (upstream `nestedpendingoperations`). A tear-down first cleans the
+//! volume's subPath mounts (upstream `CleanSubPaths` in `UnmountVolume`);
+//! when that fails, the volume stays in the actual state and is retried
+//! with backoff. Also the reconstruction of volumes (and subPath mounts)
+//! found on disk after a restart (upstream `reconstruct`), and, every 2 s,
+//! the removal of directories of pods nobody knows (upstream housekeeping's
+//! `cleanupOrphanedPodDirs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,10 +19,16 @@ use kubelet_types::events::{EventType, pod_ref};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::ops::SUBPATHS_ONLY;
 use super::{INITIAL_BACKOFF, Inner, MAX_BACKOFF, PodEntry, VolumeState};
 
 /// Upstream `reconcilerLoopSleepPeriod`.
 const LOOP_PERIOD: Duration = Duration::from_millis(100);
+/// Upstream `housekeepingPeriod`: how often orphaned pod directories are
+/// looked for.
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// A deadline on listing the pod directories.
+const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A deadline on each operation (the plugins bound their own API calls).
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -34,11 +45,17 @@ pub(super) async fn reconstruct(inner: &Arc<Inner>) {
         let entry = st.pods.entry(d.uid.clone()).or_insert_with(|| PodEntry {
             pod: None,
             desired: false,
+            terminated: false,
             remove_dir: false,
             removing: false,
             volumes: BTreeMap::new(),
             errors: BTreeMap::new(),
         });
+        // A volume's own directory says more than its subPath mounts:
+        // those are cleaned with its tear-down either way.
+        if d.plugin == SUBPATHS_ONLY && entry.volumes.contains_key(&d.name) {
+            continue;
+        }
         let v = entry
             .volumes
             .entry(d.name)
@@ -49,13 +66,63 @@ pub(super) async fn reconstruct(inner: &Arc<Inner>) {
 
 /// Runs until shutdown.
 pub(super) async fn run(inner: Arc<Inner>) {
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+    housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         reconcile(&inner);
         tokio::select! {
             () = inner.wake.notified() => {}
             () = tokio::time::sleep(LOOP_PERIOD) => {}
+            _ = housekeeping.tick() => cleanup_orphaned_pod_dirs(&inner).await,
             () = inner.shutdown.cancelled() => return,
         }
+    }
+}
+
+/// Upstream `cleanupOrphanedPodDirs`: the directory of a pod the volume
+/// manager does not know, that no source wants and whose containers are
+/// gone, is removed (as far as [`crate::kubelet_volumes`] allows; a refusal
+/// is retried at the next period). Pods with volumes still known are left
+/// to their tear-down.
+async fn cleanup_orphaned_pod_dirs(inner: &Arc<Inner>) {
+    let uids =
+        match tokio::time::timeout(LIST_TIMEOUT, inner.ops.list_pod_dirs(&inner.pods_dir)).await {
+            Ok(Ok(uids)) => uids,
+            Ok(Err(e)) => {
+                warn!(error = %e, "Cannot list pod directories");
+                return;
+            }
+            Err(_) => {
+                warn!(timeout = ?LIST_TIMEOUT, "Listing pod directories timed out");
+                return;
+            }
+        };
+    let mut ops = Vec::new();
+    {
+        let mut st = inner.state.lock();
+        for uid in uids {
+            if st.pods.contains_key(&uid) || !(inner.may_clean_orphan)(&uid) {
+                continue;
+            }
+            debug!(pod.uid = %uid, "Orphaned pod found, removing its directory");
+            // Marked while it runs: a pod back with this UID waits for it.
+            st.pods.insert(
+                uid.clone(),
+                PodEntry {
+                    pod: None,
+                    desired: false,
+                    terminated: false,
+                    remove_dir: true,
+                    removing: true,
+                    volumes: BTreeMap::new(),
+                    errors: BTreeMap::new(),
+                },
+            );
+            ops.push(Op::RemoveDir(uid));
+        }
+    }
+    for op in ops {
+        spawn(inner, op);
     }
 }
 
@@ -82,7 +149,7 @@ fn reconcile(inner: &Arc<Inner>) {
             if !wanted && e.pod.is_none() && !e.remove_dir && (inner.may_clean_orphan)(uid) {
                 e.remove_dir = true;
             }
-            let tear_all = !wanted && (e.pod.is_some() || e.remove_dir);
+            let tear_all = !wanted && (e.pod.is_some() || e.terminated || e.remove_dir);
             for (name, v) in &mut e.volumes {
                 if v.in_flight {
                     continue;
@@ -167,7 +234,7 @@ async fn run_op(inner: &Arc<Inner>, op: Op) {
                     info!(dir = %dir.display(), "Removed the directory of a pod gone for good")
                 }
                 Err(e) => {
-                    warn!(error = %e, "Cannot remove pod directory; will retry at the next orphan check")
+                    warn!(error = %e, "Cannot remove pod directory; will retry at the next orphaned pod check")
                 }
             }
             let mut st = inner.state.lock();
@@ -265,10 +332,9 @@ fn failed(
 }
 
 async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
-    let (plugin, dir, pod_gone) = {
+    let (plugin, dir) = {
         let st = inner.state.lock();
         let Some(e) = st.pods.get(uid) else { return };
-        let pod_gone = !e.desired;
         let Some(v) = e.volumes.get(name) else {
             return;
         };
@@ -276,23 +342,43 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
             .on_disk
             .clone()
             .or_else(|| v.mounted.as_ref().map(|m| m.host_path.clone()));
-        (v.plugin, dir, pod_gone)
+        (v.plugin, dir)
     };
-    if pod_gone && let Err(e) = inner.ops.clean_subpaths(&inner.pods_dir, uid).await {
-        warn!(error = %e, "Cannot clean up the pod's subPath mounts");
-    }
-    let result = match &dir {
-        // hostPath volumes have no directory of their own to tear down.
-        Some(d) if plugin != kubelet_volume::plugin::names::HOST_PATH => {
+    let timed_out = |_| {
+        Err(kubelet_volume::Error::Invalid(format!(
+            "timed out after {OPERATION_TIMEOUT:?}"
+        )))
+    };
+    // Upstream `UnmountVolume`: the volume's subPath mounts go first; while
+    // they cannot, the volume is not torn down (its directory, or the pod's,
+    // removed under a bind mount would take the host's files with it).
+    let cleaned = tokio::time::timeout(
+        OPERATION_TIMEOUT,
+        inner.ops.clean_subpaths(&inner.pods_dir, uid, name),
+    )
+    .await
+    .unwrap_or_else(timed_out)
+    .map_err(|e| {
+        kubelet_volume::Error::Invalid(format!(
+            "error cleaning subPath mounts for volume {name:?} pod {uid:?}: {e}"
+        ))
+    });
+    let own_dir = inner.pods_dir.join(uid).join("volumes");
+    let result = match (cleaned, &dir) {
+        (Err(e), _) => Err(e),
+        // hostPath volumes (and subPath mounts found alone) have no
+        // directory of their own to tear down; nothing outside the pod's
+        // `volumes` directory ever is.
+        (Ok(()), Some(d))
+            if plugin != kubelet_volume::plugin::names::HOST_PATH
+                && plugin != SUBPATHS_ONLY
+                && d.starts_with(&own_dir) =>
+        {
             tokio::time::timeout(OPERATION_TIMEOUT, inner.ops.tear_down(plugin, d))
                 .await
-                .unwrap_or_else(|_| {
-                    Err(kubelet_volume::Error::Invalid(format!(
-                        "timed out after {OPERATION_TIMEOUT:?}"
-                    )))
-                })
+                .unwrap_or_else(timed_out)
         }
-        _ => Ok(()),
+        (Ok(()), _) => Ok(()),
     };
     match result {
         Ok(()) => {

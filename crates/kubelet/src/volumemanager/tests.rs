@@ -23,6 +23,10 @@ struct FakeOps {
     on_disk: Mutex<Vec<OnDisk>>,
     /// How long each set-up and tear-down takes.
     delay: Mutex<Duration>,
+    /// Volumes whose subPath mounts cannot be cleaned (held busy).
+    busy_subpaths: Mutex<HashSet<String>>,
+    /// Pod directories on disk.
+    dirs: Mutex<Vec<String>>,
 }
 
 impl FakeOps {
@@ -80,9 +84,22 @@ impl VolumeOps for FakeOps {
         tokio::time::sleep(delay).await;
         Ok(())
     }
-    async fn clean_subpaths(&self, _: &Path, uid: &str) -> Result<(), kubelet_volume::Error> {
+    async fn clean_subpaths(
+        &self,
+        _: &Path,
+        uid: &str,
+        volume: &str,
+    ) -> Result<(), kubelet_volume::Error> {
         self.calls.lock().push(format!("clean_subpaths {uid}"));
+        if self.busy_subpaths.lock().contains(volume) {
+            return Err(kubelet_volume::Error::Invalid(
+                "device or resource busy".into(),
+            ));
+        }
         Ok(())
+    }
+    async fn list_pod_dirs(&self, _: &Path) -> Result<Vec<String>, kubelet_volume::Error> {
+        Ok(self.dirs.lock().clone())
     }
     async fn reconstruct(&self, _: &Path) -> Vec<OnDisk> {
         self.on_disk.lock().clone()
@@ -96,6 +113,7 @@ impl VolumeOps for FakeOps {
         let delay = *self.delay.lock();
         tokio::time::sleep(delay).await;
         self.calls.lock().push(format!("removed_dir {uid}"));
+        self.dirs.lock().retain(|d| *d != uid);
         Ok(())
     }
 }
@@ -423,5 +441,88 @@ async fn nothing_is_set_up_under_a_pod_directory_being_removed() {
         removed < set_up,
         "set up after the removal finished: {calls:?} (before: {before:?})"
     );
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_volume_whose_subpaths_cannot_be_cleaned_stays_set_up_and_is_retried() {
+    let f = fixture(vec![]);
+    let p = pod(
+        "u1",
+        serde_json::json!([{"name": "data", "hostPath": {"path": "/srv/data"}}]),
+    );
+    f.vm.wait_for_attach_and_mount(&p).await.expect("mounted");
+    f.ops.busy_subpaths.lock().insert("data".into());
+    f.vm.pod_terminated("u1", true);
+    assert!(
+        !f.vm.wait_for_unmount("u1", Duration::from_secs(5)).await,
+        "still mounted while its subPath mounts are"
+    );
+    assert!(f.ops.count("clean_subpaths u1") >= 3, "{:?}", f.ops.calls());
+    assert_eq!(f.ops.count("remove_dir"), 0, "the pod directory stays");
+    assert_eq!(f.vm.get_mounted_volumes_for_pod("u1").len(), 1);
+    // Released: the next retry (the backoff is at most 2m2s) tears it
+    // down, and the directory goes.
+    f.ops.busy_subpaths.lock().clear();
+    assert!(f.vm.wait_for_unmount("u1", MAX_BACKOFF).await);
+    settle().await;
+    assert_eq!(f.ops.count("removed_dir u1"), 1, "{:?}", f.ops.calls());
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_killed_after_a_restart_has_the_volumes_found_on_disk_torn_down() {
+    // The pod (deleted while the kubelet was down) is known, so its
+    // directory is no orphan; its kill alone must tear the volume down,
+    // with nothing but what is on disk (its Secret may be gone).
+    let f = fixture(vec![OnDisk {
+        uid: "u1".into(),
+        plugin: kubelet_volume::plugin::names::SECRET,
+        name: "token".into(),
+        dir: PathBuf::from("/var/lib/kubelet-test/pods/u1/volumes/kubernetes.io~secret/token"),
+    }]);
+    settle().await;
+    f.vm.pod_terminated("u1", false);
+    assert!(f.vm.wait_for_unmount("u1", Duration::from_secs(5)).await);
+    assert_eq!(f.ops.calls(), vec!["clean_subpaths u1", "tear_down token"]);
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn subpath_mounts_found_alone_are_cleaned_before_the_directory_goes() {
+    let f = fixture(vec![OnDisk {
+        uid: "gone".into(),
+        plugin: super::ops::SUBPATHS_ONLY,
+        name: "data".into(),
+        dir: PathBuf::from("/var/lib/kubelet-test/pods/gone/volume-subpaths/data"),
+    }]);
+    f.ops.busy_subpaths.lock().insert("data".into());
+    *f.orphans_ok.lock() = true;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(f.ops.count("remove_dir"), 0, "{:?}", f.ops.calls());
+    f.ops.busy_subpaths.lock().clear();
+    tokio::time::sleep(MAX_BACKOFF).await;
+    let calls = f.ops.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("tear_down")),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("removed_dir gone"),
+        "{calls:?}"
+    );
+    f.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn directories_of_unknown_pods_are_removed_once_allowed() {
+    let f = fixture(vec![]);
+    *f.ops.dirs.lock() = vec!["gone".into()];
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(f.ops.calls().is_empty(), "{:?}", f.ops.calls());
+    *f.orphans_ok.lock() = true;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(f.ops.calls(), vec!["remove_dir gone", "removed_dir gone"]);
     f.shutdown.cancel();
 }

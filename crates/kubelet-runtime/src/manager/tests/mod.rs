@@ -223,9 +223,17 @@ async fn kill_and_remove() {
         .await
         .expect("status");
     assert!(s.live_containers().next().is_none() && !s.has_ready_sandbox());
+    // What may sit under the pod's directory (a subPath bind mount of a
+    // hostPath) is not the runtime's to delete.
+    let kept = dir
+        .path()
+        .join("root/pods/uid-1/volume-subpaths/data/c/0/file");
+    std::fs::create_dir_all(kept.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&kept, b"host data").expect("write");
     m.remove_pod(&s).await.expect("remove");
     assert!(fake.sandboxes().is_empty() && fake.containers().is_empty());
     assert!(!dir.path().join("default_p_uid-1").exists());
+    assert_eq!(std::fs::read(&kept).expect("kept"), b"host data");
 }
 
 const MUTATING: [&str; 5] = [
