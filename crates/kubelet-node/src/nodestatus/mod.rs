@@ -1,17 +1,24 @@
 //! Node registration and status (upstream `kubelet_node_status.go`):
-//! [`register`] creates the Node or reconciles an existing one; the status loop
-//! computes the status every `nodeStatusUpdateFrequency` and patches
-//! `nodes/status` (strategic merge) only when something other than heartbeat
-//! times changed, or when `nodeStatusReportFrequency` passed since the last
-//! report. Condition changes become node events (NodeReady, NodeNotReady, ...).
+//! [`register`] creates the Node or reconciles an existing one; every
+//! `nodeStatusUpdateFrequency` the status loop reads the Node, computes the
+//! status over the conditions the apiserver holds, and patches `nodes/status`
+//! (strategic merge) when the result differs from the server's in anything
+//! but heartbeat times ([`compare`]), or when `nodeStatusReportFrequency`
+//! passed since the last report (upstream `tryUpdateNodeStatus`). Comparing
+//! with the server, not with what was last sent, is what brings a node back
+//! to Ready after the node lifecycle controller set it Unknown during an
+//! apiserver outage. Condition changes become node events (NodeReady,
+//! NodeNotReady, ...).
 //!
 //! As upstream (whose `lastStatusReportTime` starts at zero), the first status
 //! is reported as soon as the node is registered: a Node that already existed,
 //! as after a restart, still carries the old process's heartbeats. A Node
 //! created just now carries this process's status, which counts as the first
-//! report. Each sync is bounded by upstream's heartbeat client timeout, the
-//! smaller of `nodeStatusUpdateFrequency` and the lease duration.
+//! report. Each interval has up to five tries (upstream
+//! `nodeStatusUpdateRetry`), each bounded by upstream's heartbeat client
+//! timeout, the smaller of `nodeStatusUpdateFrequency` and the lease duration.
 
+pub mod compare;
 pub mod machine;
 pub mod register;
 pub mod setters;
@@ -22,10 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cri::{ImageService, RuntimeService};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, GetParams, Patch, PatchParams};
 use kubelet_types::events::{EventType, Recorder, node_ref};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -83,15 +90,8 @@ struct RuntimeFacts {
     images: Vec<cri::pb::Image>,
 }
 
-/// What the status loop remembers between syncs.
-struct Reported {
-    /// The status last reported (or found on the Node at registration).
-    last: NodeStatus,
-    /// The addresses the apiserver holds.
-    api_addresses: Vec<NodeAddress>,
-    /// When status was last reported by this process; `None`: not yet.
-    at: Option<Instant>,
-}
+/// Upstream `nodeStatusUpdateRetry`: tries per status interval.
+pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
 
 impl NodeStatusManager {
     async fn runtime_facts(&self, last_version: &str) -> RuntimeFacts {
@@ -220,19 +220,17 @@ impl NodeStatusManager {
         let node = registered.node;
         self.latest.send_replace(Some(node.clone()));
         let uid = node.metadata.uid.clone().unwrap_or_default();
-        let last: NodeStatus = node.status.clone().unwrap_or_default();
-        self.record_transitions(&[], &last.conditions.clone().unwrap_or_default());
+        let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        self.record_transitions(&[], &conditions);
         self.registered.send_replace(Some(uid));
-        let mut reported = Reported {
-            api_addresses: last.addresses.clone().unwrap_or_default(),
-            last,
-            at: registered.created.then(Instant::now),
-        };
+        // Upstream `lastStatusReportTime`: a Node created just now carries this
+        // process's status, which counts as a report.
+        let mut last_status_report = registered.created.then(Instant::now);
         let mut tick = tokio::time::interval(self.cfg.node_status_update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         // Not yet reported: sync at once rather than a period from now.
-        let mut now = reported.at.is_none();
+        let mut now = last_status_report.is_none();
         loop {
             if !std::mem::take(&mut now) {
                 tokio::select! {
@@ -242,73 +240,96 @@ impl NodeStatusManager {
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = self.sync(&mut reported) => {}
+                () = self.update_node_status(&mut last_status_report) => {}
             }
         }
     }
 
-    /// One status sync: compute, and report when changed or due.
-    async fn sync(&self, reported: &mut Reported) {
-        let conditions = |s: &NodeStatus| s.conditions.clone().unwrap_or_default();
-        let version = reported
-            .last
+    /// One status interval (upstream `updateNodeStatus`): up to
+    /// [`NODE_STATUS_UPDATE_RETRY`] tries, each bounded by the heartbeat
+    /// timeout. A zero timeout means none, as for client-go's `Timeout` (the
+    /// client's own request deadline still applies).
+    async fn update_node_status(&self, last_status_report: &mut Option<Instant>) {
+        let timeout = self.heartbeat_timeout();
+        for try_number in 0..NODE_STATUS_UPDATE_RETRY {
+            let attempt = self.try_update_node_status(try_number, last_status_report);
+            let outcome = if timeout.is_zero() {
+                Ok(attempt.await)
+            } else {
+                tokio::time::timeout(timeout, attempt).await
+            };
+            match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => {
+                    warn!(error = %e, try_number, "Error updating node status, will retry")
+                }
+                Err(_) => warn!(
+                    ?timeout,
+                    try_number, "Node status update timed out, will retry"
+                ),
+            }
+        }
+        warn!("Unable to update node status: update node status exceeds retry count");
+    }
+
+    /// One try (upstream `tryUpdateNodeStatus`): read the Node, compute the
+    /// status over the server's conditions (so transition times follow what
+    /// the server holds), and patch when the result differs from the server
+    /// in anything but heartbeats, or when `nodeStatusReportFrequency` passed
+    /// since the last report.
+    async fn try_update_node_status(
+        &self,
+        try_number: usize,
+        last_status_report: &mut Option<Instant>,
+    ) -> Result<(), kube::Error> {
+        // The first try may be served from the apiserver's cache; retries are
+        // not (upstream `FromApiserverCache` on try 0).
+        let params = if try_number == 0 {
+            GetParams::any()
+        } else {
+            GetParams::default()
+        };
+        let node = Api::<Node>::all(self.client.clone())
+            .get_with(&self.node_name, &params)
+            .await?;
+        let server = node.status.clone().unwrap_or_default();
+        let server_conditions = server.conditions.clone().unwrap_or_default();
+        let version = server
             .node_info
             .as_ref()
             .map(|i| i.container_runtime_version.clone())
             .unwrap_or_default();
-        let mut status = self.compute(&conditions(&reported.last), &version).await;
-        let due = reported
-            .at
-            .is_none_or(|at| at.elapsed() >= self.cfg.node_status_report_frequency);
-        let report = async {
-            let mut own_addresses = true;
-            if self.cfg.external_cloud_provider
-                && let Ok(current) = Api::<Node>::all(self.client.clone())
-                    .get(&self.node_name)
-                    .await
-            {
-                reported.api_addresses =
-                    current.status.and_then(|s| s.addresses).unwrap_or_default();
-            }
-            if self.cfg.external_cloud_provider
-                && !reported.api_addresses.is_empty()
-                && status.addresses.as_ref() != Some(&reported.api_addresses)
-            {
-                // A cloud-controller-manager set them; its addresses take precedence (upstream).
-                status.addresses = Some(reported.api_addresses.clone());
-                own_addresses = false;
-            }
-            if !setters::changed(&reported.last, &status) && !due {
-                debug!("Node status unchanged; not reporting");
-                return None;
-            }
-            Some(self.patch_status(&status, own_addresses).await)
-        };
-        let timeout = self.heartbeat_timeout();
-        // A zero timeout means none, as for client-go's `Timeout` (the client's
-        // own request deadline still applies).
-        let outcome = if timeout.is_zero() {
-            Ok(report.await)
-        } else {
-            tokio::time::timeout(timeout, report).await
-        };
-        match outcome {
-            Ok(None) => {}
-            Ok(Some(Ok(node))) => {
-                reported.api_addresses = node
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.addresses.clone())
-                    .unwrap_or_default();
-                self.latest.send_replace(Some(node));
-                self.record_transitions(&conditions(&reported.last), &conditions(&status));
-                reported.last = status;
-                reported.at = Some(Instant::now());
-                debug!("Node status reported");
-            }
-            Ok(Some(Err(e))) => warn!(error = %e, "Error updating node status, will retry"),
-            Err(_) => warn!(?timeout, "Node status update timed out, will retry"),
+        let status = self.compute(&server_conditions, &version).await;
+        // A cloud-controller-manager that set the addresses owns them (upstream).
+        let own_addresses = !(self.cfg.external_cloud_provider
+            && server.addresses.as_ref().is_some_and(|a| !a.is_empty())
+            && status.addresses != server.addresses);
+        self.publish(node);
+        let now = Instant::now();
+        let due = last_status_report
+            .is_none_or(|at| now.duration_since(at) >= self.cfg.node_status_report_frequency);
+        if !due && !compare::changed(&server, &compare::patched(&server, &status, own_addresses)) {
+            debug!("Node status unchanged; not reporting");
+            return Ok(());
         }
+        let updated = self.patch_status(&status, own_addresses).await?;
+        *last_status_report = Some(now);
+        let conditions = status.conditions.unwrap_or_default();
+        self.record_transitions(&server_conditions, &conditions);
+        self.publish(updated);
+        debug!("Node status reported");
+        Ok(())
+    }
+
+    /// Publishes the Node the apiserver returned, if it is news.
+    fn publish(&self, node: Node) {
+        self.latest.send_if_modified(|current| {
+            if current.as_ref() == Some(&node) {
+                return false;
+            }
+            *current = Some(node);
+            true
+        });
     }
 }
 

@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -260,18 +259,6 @@ pub fn daemon_endpoints(port: u16) -> NodeDaemonEndpoints {
             port: i32::from(port),
         }),
     }
-}
-
-/// Whether two statuses differ in anything but heartbeat times (upstream `nodeStatusHasChanged`).
-pub fn changed(old: &NodeStatus, new: &NodeStatus) -> bool {
-    let strip = |s: &NodeStatus| {
-        let mut s = s.clone();
-        for c in s.conditions.iter_mut().flatten() {
-            c.last_heartbeat_time = None;
-        }
-        s
-    };
-    strip(old) != strip(new)
 }
 
 #[cfg(test)]

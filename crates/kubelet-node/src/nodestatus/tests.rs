@@ -29,6 +29,15 @@ fn status_patches(c: &Cluster) -> usize {
         .count()
 }
 
+/// The status loop's reads of the Node (one per try).
+fn node_reads(c: &Cluster) -> usize {
+    c.api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/nodes/n1")
+        .count()
+}
+
 fn ready(c: &Cluster) -> (String, String, String) {
     let n = c.api.get("nodes", "", "n1").expect("node");
     let conds = n["status"]["conditions"]
@@ -281,12 +290,12 @@ async fn a_hung_status_patch_is_abandoned_at_the_heartbeat_timeout_and_retried()
         .expect("registered");
     c.api.set_fault(Fault::Hang);
     *health.runtime_error.write() = Some("container runtime is down: injected".into());
-    let before = status_patches(&c);
+    let before = node_reads(&c);
     tokio::time::sleep(Duration::from_secs(65)).await;
-    let tries = status_patches(&c) - before;
+    let tries = node_reads(&c) - before;
     assert!(
-        tries >= 5,
-        "one try per period, each cut at the heartbeat timeout (10s); saw {tries}"
+        tries >= 6,
+        "each try (GET, then PATCH) is cut at the heartbeat timeout (10s) and retried; saw {tries}"
     );
     c.api.set_fault(Fault::None);
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -460,5 +469,160 @@ async fn an_existing_node_is_reconciled_not_replaced() {
     );
     assert_eq!(node["metadata"]["labels"]["team"], "a", "other labels kept");
     assert_eq!(node["spec"]["unschedulable"], true, "spec left alone");
+    stop.cancel();
+}
+
+/// What the node lifecycle controller does to a node whose kubelet stopped
+/// posting status (`tryUpdateNodeHealth`): each kubelet condition becomes
+/// `Unknown` (`NodeStatusUnknown`), its heartbeat kept, its transition now.
+/// Returns that transition time.
+async fn mark_unknown(c: &Cluster, clock: &TokioClock) -> jiff::Timestamp {
+    let now = clock.now();
+    let node = c.api.get("nodes", "", "n1").expect("node");
+    let conditions: Vec<serde_json::Value> =
+        ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+            .iter()
+            .map(|ty| {
+                serde_json::json!({"type": ty, "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": heartbeat(&node, ty).0,
+                "lastTransitionTime": Time(now)})
+            })
+            .collect();
+    let body = serde_json::json!({"status": {"conditions": conditions}});
+    Api::<Node>::all(c.admin().await)
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .expect("node lifecycle controller's patch");
+    assert_eq!(ready(c).0, "Unknown");
+    now
+}
+
+/// The kubelet's conditions on the stored Node are its own again, changed
+/// after `marked`, with heartbeats newer than `marked`.
+fn assert_reported_after(c: &Cluster, marked: jiff::Timestamp) {
+    let node = c.api.get("nodes", "", "n1").expect("node");
+    for (ty, want) in [
+        ("MemoryPressure", "False"),
+        ("DiskPressure", "False"),
+        ("PIDPressure", "False"),
+        ("Ready", "True"),
+    ] {
+        let cond = node["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == ty).cloned())
+            .unwrap_or_default();
+        assert_eq!(cond["status"], want, "{ty}: {cond}");
+        assert!(
+            cond["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("Kubelet")),
+            "{ty}: {cond}"
+        );
+        let (beat, transition) = heartbeat(&node, ty);
+        let beat: jiff::Timestamp = beat.parse().expect("heartbeat");
+        let transition: jiff::Timestamp = transition.parse().expect("transition");
+        // Times on the wire have second precision.
+        let marked = marked
+            .checked_sub(jiff::SignedDuration::from_secs(1))
+            .expect("t");
+        assert!(beat >= marked, "{ty}: fresh heartbeat, got {beat}");
+        assert!(
+            transition >= marked,
+            "{ty}: Unknown -> {want} is a transition"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_marked_unknown_behind_its_back_is_ready_again_within_one_interval() {
+    let c = Cluster::start(Default::default()).await;
+    let stop = CancellationToken::new();
+    let fake = FakeRuntime::new();
+    let (mut m, mut registered, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
+    let clock = Arc::new(TokioClock::default());
+    m.clock = clock.clone();
+    let recorder = Arc::new(RecordingRecorder::default());
+    m.recorder = recorder.clone();
+    let period = m.cfg.node_status_update_frequency;
+    let report = m.cfg.node_status_report_frequency;
+    assert_eq!(
+        (period, report),
+        (Duration::from_secs(10), Duration::from_secs(300))
+    );
+    tokio::spawn(m.run(stop.clone()));
+    registered
+        .wait_for(Option::is_some)
+        .await
+        .expect("registered");
+    // Mid-interval, as the controller does not know the kubelet's phase.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let marked = mark_unknown(&c, &clock).await;
+    let before = status_patches(&c);
+
+    tokio::time::sleep(period).await;
+    assert_eq!(
+        status_patches(&c) - before,
+        1,
+        "the status differs from the server's: patched at the next interval"
+    );
+    assert_reported_after(&c, marked);
+    let node_ready =
+        |r: &RecordingRecorder| r.reasons().iter().filter(|r| *r == "NodeReady").count();
+    assert_eq!(
+        node_ready(&recorder),
+        2,
+        "Unknown -> True is a NodeReady event"
+    );
+
+    // Nothing changes from now on: heartbeats only every nodeStatusReportFrequency.
+    let beat = heartbeat(&c.api.get("nodes", "", "n1").expect("node"), "Ready").0;
+    let reported = status_patches(&c);
+    tokio::time::sleep(report - period - Duration::from_secs(1)).await;
+    assert_eq!(
+        status_patches(&c),
+        reported,
+        "unchanged: no report before 5m"
+    );
+    assert_eq!(
+        heartbeat(&c.api.get("nodes", "", "n1").expect("node"), "Ready").0,
+        beat
+    );
+    tokio::time::sleep(2 * period).await;
+    assert_eq!(status_patches(&c), reported + 1, "one heartbeat at 5m");
+    assert_ne!(
+        heartbeat(&c.api.get("nodes", "", "n1").expect("node"), "Ready").0,
+        beat
+    );
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_failed_intervals_the_next_one_patches_against_what_the_server_holds() {
+    let c = Cluster::start(Default::default()).await;
+    let stop = CancellationToken::new();
+    let fake = FakeRuntime::new();
+    let (mut m, mut registered, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
+    let clock = Arc::new(TokioClock::default());
+    m.clock = clock.clone();
+    let period = m.cfg.node_status_update_frequency;
+    tokio::spawn(m.run(stop.clone()));
+    registered
+        .wait_for(Option::is_some)
+        .await
+        .expect("registered");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // The apiserver is unreachable for a minute: every try of six intervals fails.
+    c.api.set_up(false);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // It comes back with the node marked Unknown by the node lifecycle controller.
+    c.api.set_up(true);
+    let marked = mark_unknown(&c, &clock).await;
+    let before = status_patches(&c);
+
+    tokio::time::sleep(period).await;
+    assert_eq!(status_patches(&c) - before, 1);
+    assert_reported_after(&c, marked);
     stop.cancel();
 }
