@@ -4,7 +4,11 @@
 //! It keeps sandboxes, containers and images in maps, answers every trait call
 //! as containerd would for the state it holds, records calls, and lets a test
 //! inject an error for the next call of a method, hang `ContainerStatus` for one
-//! container or `PullImage` for one image, or make a container exit.
+//! container or `PullImage` for one image, or make a container exit. The CRI
+//! stats calls live in [`stats`]: a test can fail one sandbox's or container's
+//! stats, or make a method answer `Unimplemented` as an older runtime does.
+
+mod stats;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -34,6 +38,12 @@ struct State {
     down: bool,
     network_down: bool,
     version: Option<(String, String)>,
+    /// Methods answered with `Unimplemented` on every call.
+    unimplemented: HashSet<&'static str>,
+    /// Sandboxes and containers whose stats the runtime fails to read.
+    failing_stats: HashSet<String>,
+    /// CPU core-nanoseconds and working set a container's stats report.
+    usage: HashMap<String, (u64, u64)>,
 }
 
 /// In-memory runtime. Cheap to clone; clones share state.
@@ -164,6 +174,12 @@ impl FakeRuntime {
         let now = now_ns();
         let status = pb::PodSandboxStatus {
             id: sb.clone(),
+            metadata: Some(pb::PodSandboxMetadata {
+                name: name.to_string(),
+                uid: uid.to_string(),
+                namespace: "default".to_string(),
+                attempt: 0,
+            }),
             state: PodSandboxState::SandboxReady as i32,
             created_at: now,
             labels: labels.clone(),
@@ -179,6 +195,10 @@ impl FakeRuntime {
             labels.insert("io.kubernetes.container.name".to_string(), format!("c{i}"));
             let c = pb::ContainerStatus {
                 id: id.clone(),
+                metadata: Some(pb::ContainerMetadata {
+                    name: format!("c{i}"),
+                    attempt: 0,
+                }),
                 state: ContainerState::ContainerRunning as i32,
                 created_at: now,
                 started_at: now,
@@ -251,6 +271,13 @@ impl FakeRuntime {
             return Err(CriError::Unavailable {
                 op,
                 message: "connection refused".to_string(),
+            });
+        }
+        if st.unimplemented.contains(op) {
+            return Err(CriError::Rpc {
+                op,
+                code: tonic::Code::Unimplemented,
+                message: format!("unknown method {op} for service runtime.v1.RuntimeService"),
             });
         }
         if let Some(errs) = st.fail_next.get_mut(op)

@@ -281,6 +281,7 @@ impl App {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             cpu_usage: Default::default(),
             summary_cache: Default::default(),
+            metrics: self.metrics.clone(),
         });
         let (server_addr, read_only_addr) = self.node_api.addrs();
         self.node_api.spawn(

@@ -51,6 +51,8 @@ pub struct KubeletHost {
     pub cpu_usage: stats::CpuUsageCache,
     /// One stats collection at a time, reused by concurrent scrapes.
     pub summary_cache: stats::SummaryCache,
+    /// Where the stats calls to the runtime are counted.
+    pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
 }
 
 #[async_trait::async_trait]

@@ -9,14 +9,16 @@
 //! writable layers and logs.
 
 mod cpu;
+mod cri_stats;
 mod node;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use cri::pb;
-use cri::{CriError, RuntimeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubelet_metrics::KubeletMetrics;
+use kubelet_runtime::pleg::PodCache;
 use kubelet_server::stats::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
     PodReference, PodStats, RlimitStats, RuntimeStats, SwapStats,
@@ -24,6 +26,7 @@ use kubelet_server::stats::summary::{
 use kubelet_server::stats::{StatsError, StatsProvider, Summary};
 
 pub use self::cpu::CpuUsageCache;
+pub use self::cri_stats::StatsRuntime;
 
 /// How long a collected summary answers further scrapes.
 pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -214,53 +217,42 @@ struct HostRead {
     log_usage: HashMap<PathBuf, (u64, u64)>,
 }
 
+/// What one collection reads: the runtime, the host's files under
+/// `cgroup_root` and `proc_root`, and the kubelet's caches.
+pub(crate) struct Collector<'a> {
+    pub rt: &'a dyn StatsRuntime,
+    pub metrics: &'a KubeletMetrics,
+    pub pod_cache: &'a PodCache,
+    pub cpu_usage: &'a CpuUsageCache,
+    pub node_name: &'a str,
+    pub root_dir: &'a Path,
+    pub pod_logs_dir: &'a Path,
+    pub cgroup_root: &'a Path,
+    pub proc_root: &'a Path,
+}
+
 impl KubeletHost {
-    /// `ListContainerStats` for every container, under the runtime deadline.
-    async fn list_container_stats(&self) -> Result<Vec<pb::ContainerStats>, CriError> {
-        const OP: &str = "ListContainerStats";
-        let timeout = self.remote.timeout();
-        let mut client = self.remote.runtime_client();
-        let req = pb::ListContainerStatsRequest { filter: None };
-        match tokio::time::timeout(timeout, client.list_container_stats(req)).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner().stats),
-            Ok(Err(status)) => Err(CriError::from_status_with_deadline(OP, status, timeout)),
-            Err(_) => Err(CriError::Timeout { op: OP, timeout }),
+    fn collector(&self) -> Collector<'_> {
+        Collector {
+            rt: &self.remote,
+            metrics: &self.metrics,
+            pod_cache: &self.pod_cache,
+            cpu_usage: &self.cpu_usage,
+            node_name: &self.node_name,
+            root_dir: &self.root_dir,
+            pod_logs_dir: &self.pod_logs_dir,
+            cgroup_root: Path::new("/sys/fs/cgroup"),
+            proc_root: Path::new("/proc"),
         }
     }
+}
 
-    /// `ListPodSandboxStats`; `None` when the runtime does not implement it.
-    async fn sandbox_stats(&self) -> Result<Option<Vec<pb::PodSandboxStats>>, CriError> {
-        match self.remote.list_pod_sandbox_stats(None).await {
-            Ok(s) => Ok(Some(s)),
-            Err(CriError::Rpc {
-                code: cri::Code::Unimplemented,
-                ..
-            }) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
+impl Collector<'_> {
     /// Gathers the summary; `full` adds filesystems, network and limits.
-    async fn collect(&self, full: bool) -> Result<Summary, StatsError> {
-        let rt: &dyn RuntimeService = &self.remote;
-        let (sandboxes, containers) =
-            tokio::try_join!(rt.list_pod_sandbox(None), rt.list_containers(None))?;
-        // One stats call at a time: containerd 1.6's stats calls race on
-        // its sandbox store and can crash it ("concurrent map read and map
-        // write" in getUsageNanoCores).
-        let cstats = self.list_container_stats().await?;
-        let sbstats = self.sandbox_stats().await?;
-        let image_fs_usage = if full {
-            self.remote
-                .image_fs_info()
-                .await?
-                .image_filesystems
-                .into_iter()
-                .next()
-        } else {
-            None
-        };
-        let pods = choose(sandboxes, containers, &self.pod_logs_dir);
+    async fn collect(self, full: bool) -> Result<Summary, StatsError> {
+        let sample = cri_stats::gather(self.rt, self.metrics, self.pod_logs_dir, full).await?;
+        let pods = sample.pods;
+        let image_fs_usage = sample.image_fs;
 
         let log_dirs: Vec<PathBuf> = if full {
             pods.iter()
@@ -269,15 +261,17 @@ impl KubeletHost {
         } else {
             Vec::new()
         };
-        let root_dir = self.root_dir.clone();
-        let pod_logs_dir = self.pod_logs_dir.clone();
+        let root_dir = self.root_dir.to_path_buf();
+        let pod_logs_dir = self.pod_logs_dir.to_path_buf();
+        let cgroup_root = self.cgroup_root.to_path_buf();
+        let proc_root = self.proc_root.to_path_buf();
         let image_mount = image_fs_usage
             .as_ref()
             .and_then(|u| u.fs_id.as_ref())
             .map(|id| PathBuf::from(&id.mountpoint));
         let host = tokio::task::spawn_blocking(move || -> Result<HostRead, StatsError> {
-            let node = node::node_usage(Path::new("/sys/fs/cgroup"), Path::new("/proc"))?;
-            let boot = node::boot_time(Path::new("/proc"));
+            let node = node::node_usage(&cgroup_root, &proc_root)?;
+            let boot = node::boot_time(&proc_root);
             if !full {
                 return Ok(HostRead {
                     node,
@@ -300,8 +294,8 @@ impl KubeletHost {
             Ok(HostRead {
                 node,
                 boot,
-                rlimit: node::rlimit(Path::new("/proc")),
-                interfaces: node::net_dev(Path::new("/proc")),
+                rlimit: node::rlimit(&proc_root),
+                interfaces: node::net_dev(&proc_root),
                 root_fs: fs_of(&root_dir),
                 image_fs: image_mount.as_deref().and_then(fs_of),
                 logs_fs: fs_of(&pod_logs_dir),
@@ -316,15 +310,8 @@ impl KubeletHost {
         })
         .await??;
 
-        let cstats: HashMap<String, pb::ContainerStats> = cstats
-            .into_iter()
-            .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
-            .collect();
-        let sbstats: HashMap<String, pb::PodSandboxStats> = sbstats
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
-            .collect();
+        let cstats = sample.containers;
+        let sbstats = sample.sandboxes;
 
         let image_fs = image_fs_usage.as_ref().map(|u| {
             let mut fs = with_capacity(
@@ -351,7 +338,7 @@ impl KubeletHost {
         let sampled = now_ns();
         let n = &host.node;
         let node = NodeStats {
-            node_name: self.node_name.clone(),
+            node_name: self.node_name.to_string(),
             start_time: host
                 .boot
                 .and_then(|b| time_ns(b.saturating_mul(1_000_000_000))),
@@ -451,7 +438,7 @@ impl KubeletHost {
                 start_time: time_ns(c.container.created_at).or(started),
                 cpu: s
                     .and_then(|s| s.cpu.as_ref())
-                    .map(|cpu| cpu_stats(&self.cpu_usage, id, cpu)),
+                    .map(|cpu| cpu_stats(self.cpu_usage, id, cpu)),
                 memory: s.and_then(|s| s.memory.as_ref()).map(memory_stats),
                 rootfs,
                 logs,
@@ -464,7 +451,7 @@ impl KubeletHost {
         }
         let linux = sb.and_then(|s| s.linux.as_ref());
         let cpu = match linux.and_then(|l| l.cpu.as_ref()) {
-            Some(cpu) => Some(cpu_stats(&self.cpu_usage, &pod.sandbox.id, cpu)),
+            Some(cpu) => Some(cpu_stats(self.cpu_usage, &pod.sandbox.id, cpu)),
             // No sandbox stats: the sum of the containers.
             None => containers
                 .iter()
@@ -550,7 +537,7 @@ impl KubeletHost {
 impl StatsProvider for KubeletHost {
     async fn summary(&self) -> Result<Summary, StatsError> {
         self.summary_cache
-            .get_or_collect(true, || self.collect(true))
+            .get_or_collect(true, || self.collector().collect(true))
             .await
     }
 
@@ -558,7 +545,7 @@ impl StatsProvider for KubeletHost {
         // A full summary collected moments ago serves as well.
         let s = self
             .summary_cache
-            .get_or_collect(false, || self.collect(false))
+            .get_or_collect(false, || self.collector().collect(false))
             .await?;
         Ok(s.cpu_and_memory_only())
     }
