@@ -1,6 +1,8 @@
 //! Volumes on real containerd, beyond upstream's conformance specs: emptyDir
 //! data across container and kubelet restarts and its removal with the pod,
-//! the `kubernetes.io~<plugin>` layout, and unsupported volume types.
+//! the `kubernetes.io~<plugin>` layout, unsupported volume types, and a
+//! subPath mount that cannot be unmounted, which must never cost the host
+//! its files.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -127,6 +129,114 @@ async fn an_unsupported_volume_type_never_starts_the_pod() -> anyhow::Result<()>
         node.sandboxes().await.is_empty(),
         "not even a sandbox: the volumes come first"
     );
+    node.cleanup().await;
+    Ok(())
+}
+
+/// Every regular file under `dir` with its content, by relative path.
+fn snapshot(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                out.insert(p.strip_prefix(dir).unwrap_or(&p).to_path_buf(), bytes);
+            }
+        }
+    }
+    out
+}
+
+/// Mount points at or under `dir`.
+fn mounts_under(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| std::path::Path::new(m).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A hostPath subPath whose unmount fails (the test holds a file open
+/// through it): once the pod is removed and its containers are gone, every
+/// host file is still there, byte for byte; the volume stays and its
+/// tear-down is retried, and once the mount can go the pod's directory goes
+/// too, still without touching the host's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_subpath_mount_never_costs_the_host_its_files() -> anyhow::Result<()> {
+    let node = Node::start(|_| {}).await;
+    let host = node.root_dir().with_file_name("host-data");
+    std::fs::create_dir_all(host.join("sub/deep"))?;
+    std::fs::write(host.join("top.txt"), b"outside the subPath")?;
+    std::fs::write(host.join("sub/keep.txt"), b"precious\n")?;
+    let blob: Vec<u8> = (0..65536u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(host.join("sub/deep/blob.bin"), &blob)?;
+    let before = snapshot(&host);
+    assert_eq!(before.len(), 3);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: sp\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [\"sleep\", \"3600\"]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n      subPath: sub\n  volumes:\n  - name: data\n    hostPath:\n      path: {}\n      type: Directory\n",
+        host.display()
+    );
+    node.write_manifest("sp.yaml", &manifest);
+    let t = Duration::from_secs(90);
+    node.wait_status("sp", t, "running", |s| is_running(s, "c"))
+        .await?;
+    let uid = node.uid_of("sp").ctx("uid")?;
+    let pod_dir = node.root_dir().join("pods").join(&uid);
+    let target = pod_dir.join("volume-subpaths/data/c/0");
+    assert_eq!(
+        mounts_under(&pod_dir),
+        vec![target.display().to_string()],
+        "the subPath is bind-mounted"
+    );
+    // Held open through the bind mount: its unmount fails with EBUSY.
+    let held = std::fs::File::open(target.join("keep.txt"))?;
+
+    node.remove_manifest("sp.yaml");
+    let end = tokio::time::Instant::now() + t;
+    loop {
+        let running = node
+            .containers()
+            .await
+            .into_iter()
+            .filter(|c| c.state == cri::pb::ContainerState::ContainerRunning as i32)
+            .count();
+        if running == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < end,
+            "the container still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Several tear-down attempts fail meanwhile.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        snapshot(&host),
+        before,
+        "the host's files are untouched while the subPath stays mounted"
+    );
+    assert!(
+        pod_dir.exists(),
+        "the pod directory stays while a mount is under it"
+    );
+    assert_eq!(mounts_under(&pod_dir), vec![target.display().to_string()]);
+
+    // Released: the next retry unmounts it and the pod's directory goes.
+    drop(held);
+    wait_for(
+        Duration::from_secs(150),
+        "the pod directory removed",
+        || !pod_dir.exists(),
+    )
+    .await?;
+    assert!(mounts_under(&pod_dir).is_empty());
+    assert_eq!(snapshot(&host), before, "the host's files are untouched");
     node.cleanup().await;
     Ok(())
 }

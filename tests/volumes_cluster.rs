@@ -2,7 +2,9 @@
 //! beyond upstream's conformance specs: a Secret volume is a tmpfs and
 //! never touches the disk, a subPath symlink pointing out of its volume is
 //! refused, a ConfigMap update reaches the mounted file through the
-//! per-object watch, and the `kube-api-access-*` volume of 1.21+ clusters.
+//! per-object watch, the `kube-api-access-*` volume of 1.21+ clusters, and
+//! a pod deleted with its Secret while the kubelet is down, whose volume is
+//! torn down after the restart without the Secret.
 
 use std::time::Duration;
 
@@ -304,6 +306,78 @@ async fn a_claim_bound_to_a_local_volume_is_mounted_only_where_its_affinity_allo
         assert!(
             tokio::time::Instant::now() < deadline,
             "no FailedMount event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    j.cleanup().await;
+}
+
+/// Issue 16 point 7: a pod and its Secret are deleted while the kubelet is
+/// down (a namespace deletion does that). After the restart the Secret
+/// volume found on disk is torn down without its Secret, the kill
+/// completes, the pod is gone from the apiserver within a minute, and
+/// nothing of it stays mounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_with_its_secret_while_the_kubelet_is_down_is_gone_after_the_restart() {
+    let mut j = Joined::start(Options::default()).await;
+    let ns = "default";
+    let secrets = Api::<Secret>::namespaced(j.admin.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "token"}, "stringData": {"token": "t0ken"}
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    j.create_pod(
+        "gone",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "tok", "mountPath": "/var/run/tok"}]}],
+            "volumes": [{"name": "tok", "secret": {"secretName": "token"}}]
+        }),
+    )
+    .await;
+    let p = j
+        .wait_api("gone", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let pod_dir = j.node.root_dir().join("pods").join(uid(&p));
+    let secret_dir = pod_dir.join("volumes/kubernetes.io~secret/tok");
+    assert_eq!(
+        kubelet_volume::mount::fs_type(&secret_dir)
+            .await
+            .expect("mountinfo")
+            .as_deref(),
+        Some("tmpfs")
+    );
+
+    j.node.stop().await;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(j.admin.clone(), ns);
+    pods.delete(&j.pod_name("gone"), &Default::default())
+        .await
+        .expect("delete pod");
+    secrets
+        .delete("token", &Default::default())
+        .await
+        .expect("delete secret");
+    assert!(
+        j.api_pod("gone")
+            .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string()),
+        "the pod waits for the kubelet"
+    );
+    j.node.start_again().await;
+
+    j.wait_api("gone", Duration::from_secs(60), "deleted", |p| p.is_none())
+        .await;
+    let mounted = kubelet_volume::mount::mounts_under_blocking(&pod_dir).expect("mountinfo");
+    assert!(mounted.is_empty(), "still mounted: {mounted:?}");
+    let deadline = tokio::time::Instant::now() + T;
+    while pod_dir.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod directory stayed"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
