@@ -3,16 +3,22 @@
 //! TLS handshake under a deadline, then HTTP/1.1 or h2 with upgrades (exec,
 //! attach, port-forward) on a task of its own, so one slow or broken client
 //! never holds up another. The peer's certificate chain rides in each
-//! request's extensions as [`PeerCertificates`] for the x509 authenticator.
-//! A plain-HTTP loop serves the read-only port.
+//! request's extensions as [`PeerCertificates`], and its address as axum's
+//! `ConnectInfo`. A plain-HTTP loop serves the read-only port. Both loops
+//! bound what a client may hold ([`limits`]): header and idle deadlines,
+//! the size of a request head, and the open connections per port.
+
+pub mod limits;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -22,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-/// How long a client has to finish the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use limits::{Conn, ConnTable, TrackedIo, guarded};
+pub use limits::{HANDSHAKE_TIMEOUT, ServeLimits};
 
 /// How long open connections get to finish after the stop token fires
 /// before they are cut (follows and exec sessions would never end).
@@ -76,8 +82,8 @@ impl Sessions {
     }
 }
 
-/// Serves `router` over TLS on `listener` until `stop` fires; each
-/// connection runs on `tracker`.
+/// Serves `router` over TLS on `listener` until `stop` fires, with the
+/// kubelet's [`ServeLimits`]; each connection runs on `tracker`.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -85,17 +91,32 @@ pub async fn serve_tls(
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    serve_tls_with(listener, tls, router, stop, tracker, ServeLimits::default()).await;
+}
+
+/// [`serve_tls`] with `limits`.
+pub async fn serve_tls_with(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    limits: ServeLimits,
+) {
     let acceptor = TlsAcceptor::from(tls);
     let sessions = Sessions::new(tracker.clone(), stop.clone());
-    accept_loop(listener, stop.clone(), |tcp, peer| {
+    let table = ConnTable::new(limits.max_connections);
+    accept_loop(listener, stop.clone(), table, |tcp, peer| {
         let acceptor = acceptor.clone();
         let router = router.clone();
         let stop = stop.clone();
         let sessions = sessions.clone();
         tracker.spawn(async move {
+            let conn = tcp.conn();
             let handshake = tokio::select! {
-                _ = stop.cancelled() => return,
-                h = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)) => h,
+                () = stop.cancelled() => return,
+                () = conn.shed.cancelled() => return,
+                h = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => h,
             };
             let tls = match handshake {
                 Ok(Ok(tls)) => tls,
@@ -108,30 +129,60 @@ pub async fn serve_tls(
                     return;
                 }
             };
+            conn.restart();
             let certs = tls
                 .get_ref()
                 .1
                 .peer_certificates()
                 .map(|c| PeerCertificates(c.iter().map(|c| c.clone().into_owned()).collect()));
-            connection(tls, router, certs, sessions, stop).await;
+            let client = Client {
+                peer,
+                certs,
+                sessions,
+                conn,
+            };
+            connection(tls, router, client, stop, limits).await;
         });
     })
     .await;
 }
 
 /// Serves `router` over plain HTTP on `listener` (the read-only port) until
-/// `stop` fires; each connection runs on `tracker`.
+/// `stop` fires, with the kubelet's [`ServeLimits`]; each connection runs
+/// on `tracker`.
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    serve_plain_with(listener, router, stop, tracker, ServeLimits::default()).await;
+}
+
+/// [`serve_plain`] with `limits`.
+pub async fn serve_plain_with(
+    listener: TcpListener,
+    router: Router,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    limits: ServeLimits,
+) {
     let sessions = Sessions::new(tracker.clone(), stop.clone());
-    accept_loop(listener, stop.clone(), |tcp, _| {
-        let router = router.clone();
-        let stop = stop.clone();
-        tracker.spawn(connection(tcp, router, None, sessions.clone(), stop));
+    let table = ConnTable::new(limits.max_connections);
+    accept_loop(listener, stop.clone(), table, |tcp, peer| {
+        let client = Client {
+            peer,
+            certs: None,
+            sessions: sessions.clone(),
+            conn: tcp.conn(),
+        };
+        tracker.spawn(connection(
+            tcp,
+            router.clone(),
+            client,
+            stop.clone(),
+            limits,
+        ));
     })
     .await;
 }
@@ -139,23 +190,27 @@ pub async fn serve_plain(
 async fn accept_loop(
     listener: TcpListener,
     stop: CancellationToken,
-    mut spawn: impl FnMut(TcpStream, std::net::SocketAddr),
+    table: Arc<ConnTable>,
+    mut spawn: impl FnMut(TrackedIo<TcpStream>, SocketAddr),
 ) {
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            () = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
                     let _ = tcp.set_nodelay(true);
-                    spawn(tcp, peer);
+                    // At the cap, the client waits here, in the backlog
+                    // behind it, until a place is free.
+                    let Some(slot) = table.admit(&stop).await else { return };
+                    spawn(TrackedIo::new(tcp, slot), peer);
                 }
                 Err(e) => {
                     // Out of descriptors and the like: back off, as Go's
                     // http.Server does, instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
                     }
                 }
             },
@@ -163,44 +218,102 @@ async fn accept_loop(
     }
 }
 
+/// What a connection knows of its client.
+struct Client {
+    peer: SocketAddr,
+    certs: Option<PeerCertificates>,
+    sessions: Sessions,
+    conn: Arc<Conn>,
+}
+
 async fn connection<S>(
     io: S,
     router: Router,
-    certs: Option<PeerCertificates>,
-    sessions: Sessions,
+    client: Client,
     stop: CancellationToken,
+    limits: ServeLimits,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Client {
+        peer,
+        certs,
+        sessions,
+        conn: state,
+    } = client;
+    let svc_state = state.clone();
     let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        let guard = svc_state.begin(req.version());
         if let Some(c) = &certs {
             req.extensions_mut().insert(c.clone());
         }
+        req.extensions_mut().insert(ConnectInfo(peer));
         req.extensions_mut().insert(sessions.clone());
         let router = router.clone();
+        let svc_state = svc_state.clone();
         async move {
             let resp = match router.oneshot(req).await {
                 Ok(r) => r,
                 Err(e) => match e {},
             };
-            Ok::<_, Infallible>(resp)
+            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                svc_state.upgraded();
+            }
+            Ok::<_, Infallible>(resp.map(|body| guarded(body, guard)))
         }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.h1_header_backstop())
+        .max_buf_size(limits.h1_buf_size());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.h2_header_list_size());
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
-    tokio::select! {
-        res = conn.as_mut() => {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "connection ended with an error");
+    loop {
+        let deadline = state.deadline(&limits);
+        let expired = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
-            return;
+        };
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = stop.cancelled() => break,
+            () = state.shed.cancelled() => {
+                tracing::debug!(%peer, "connection closed for a new client");
+                return;
+            }
+            () = state.changed.notified() => {}
+            () = expired => {
+                if state.deadline(&limits).is_some_and(|at| at <= tokio::time::Instant::now()) {
+                    tracing::debug!(%peer, "connection closed: no request in time");
+                    if state.idle_h2() {
+                        // Tell an HTTP/2 client with GOAWAY.
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
+                    }
+                    return;
+                }
+            }
         }
-        _ = stop.cancelled() => {}
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
 }
+
+#[cfg(test)]
+mod limits_tests;
 
 #[cfg(test)]
 mod tests {

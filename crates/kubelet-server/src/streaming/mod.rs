@@ -31,6 +31,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
 pub use options::{OptionsError, StreamOptions};
+
+use crate::serve::Sessions;
 pub use tunnel::ServerWebSocket;
 
 /// The remote-command WebSocket protocols the runtime serves itself
@@ -57,13 +59,15 @@ pub const V5_PROTOCOL: &str = "v5.channel.k8s.io";
 pub const V5_TRANSLATION: bool = true;
 
 /// Serves an accepted `v5.channel.k8s.io` WebSocket by translating it to
-/// SPDY toward the runtime at `runtime_url` ([`v5::serve`]).
+/// SPDY toward the runtime at `runtime_url` ([`v5::serve`]); the runtime
+/// connection is one of the server's `sessions`, ended at shutdown.
 async fn serve_v5(
     ws: ServerWebSocket,
     runtime_url: Uri,
     opts: StreamOptions,
+    sessions: Sessions,
 ) -> Result<(), StreamError> {
-    v5::serve(ws, runtime_url, opts).await
+    v5::serve(ws, runtime_url, opts, &sessions).await
 }
 
 /// What the streaming endpoints read of the kubelet (upstream
@@ -72,6 +76,11 @@ async fn serve_v5(
 pub trait StreamingHost: Send + Sync + 'static {
     /// A desired pod by namespace and name (upstream `GetPodByName`).
     fn get_pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
+    /// Upstream `podManager.TranslatePodUID`: a mirror pod's UID becomes its
+    /// static pod's; any other UID stays.
+    fn translate_pod_uid(&self, uid: &str) -> String {
+        uid.to_string()
+    }
     /// The runtime's streaming URL for a command in a running container of
     /// `pod`; `pod_uid` (possibly a mirror pod's) narrows the pod when set.
     async fn get_exec(
@@ -268,6 +277,18 @@ fn pod_does_not_exist() -> Response {
     text_error(StatusCode::NOT_FOUND, "pod does not exist")
 }
 
+/// Whether the UID in the path names a pod other than `pod` (a mirror pod's
+/// UID counts as its static pod's). Upstream's `FindPod` looks the pod up by
+/// its full name and so never reaches another pod by UID; here a UID that
+/// disagrees with the name is refused with 404, as `getPortForward` does.
+fn uid_disagrees(host: &dyn StreamingHost, pod: &Pod, uid: &str) -> bool {
+    !uid.is_empty() && pod.metadata.uid.as_deref() != Some(host.translate_pod_uid(uid).as_str())
+}
+
+fn pod_not_found() -> Response {
+    text_error(StatusCode::NOT_FOUND, "pod not found")
+}
+
 /// Upstream `streaming.WriteError`: a CRI `NotFound` is 404, a
 /// `ResourceExhausted` 429 with `Retry-After`, anything else 500.
 fn host_error(e: &HostError) -> Response {
@@ -311,6 +332,9 @@ async fn remote_command(
     let Some(pod) = host.get_pod_by_name(&p.ns, &p.pod) else {
         return pod_does_not_exist();
     };
+    if uid_disagrees(host.as_ref(), &pod, &p.uid) {
+        return pod_not_found();
+    }
     let url = if exec {
         let cmd = options::query_values(query, options::COMMAND_PARAM);
         host.get_exec(&pod, &p.uid, &p.container, cmd, opts).await
@@ -343,7 +367,7 @@ async fn port_forward_inner(host: Arc<dyn StreamingHost>, p: PodPath, req: Reque
         return pod_does_not_exist();
     };
     if !p.uid.is_empty() && pod.metadata.uid.as_deref() != Some(p.uid.as_str()) {
-        return text_error(StatusCode::NOT_FOUND, "pod not found");
+        return pod_not_found();
     }
     let url = match host.get_port_forward(&pod, ports).await {
         Ok(u) => u,
@@ -361,6 +385,9 @@ async fn run_inner(host: Arc<dyn StreamingHost>, p: ContainerPath, req: Request)
     let Some(pod) = host.get_pod_by_name(&p.ns, &p.pod) else {
         return pod_does_not_exist();
     };
+    if uid_disagrees(host.as_ref(), &pod, &p.uid) {
+        return pod_not_found();
+    }
     let cmd = options::query_values(req.uri().query(), "cmd")
         .into_iter()
         .next()
@@ -430,8 +457,9 @@ async fn proxy_stream(mut parts: Parts, url: Uri, opts: Option<StreamOptions>) -
         let offered = options::websocket_protocols(&parts.headers);
         match opts {
             Some(opts) if chosen_remote_command(&offered) == Some(Choice::V5) => {
+                let sessions = Sessions::of(&parts.extensions);
                 return tunnel::accept_websocket(&mut parts, V5_PROTOCOL, move |ws| {
-                    serve_v5(ws, url, opts)
+                    serve_v5(ws, url, opts, sessions)
                 });
             }
             None if chosen_port_forward(&offered) == Some(Choice::Tunnel) => {

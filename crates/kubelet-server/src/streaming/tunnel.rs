@@ -26,7 +26,7 @@ use crate::serve::Sessions;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tracing::debug;
 
 use super::proxy::{open_upgrade, proxy_error, refused, switching};
@@ -43,6 +43,19 @@ pub const STREAM_PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 
 /// A WebSocket served over the client's upgraded connection.
 pub type ServerWebSocket = WebSocketStream<TokioIo<Upgraded>>;
+
+/// The largest WebSocket message, and frame, a client may send to the
+/// streams the kubelet serves itself. kubectl's are at most 32 KiB (one
+/// stdin read, or one SPDY frame of the tunnel); the bound keeps a client
+/// from making the kubelet buffer tungstenite's 64 MiB default per session.
+pub const MAX_WEBSOCKET_MESSAGE: usize = 4 << 20;
+
+/// The WebSocket settings of the streams the kubelet serves itself.
+pub fn websocket_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
+        .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE))
+}
 
 /// Accepts the client's WebSocket with sub-protocol `protocol` and runs
 /// `serve` on it once the connection is upgraded; returns the `101`.
@@ -75,7 +88,12 @@ where
                 return;
             }
         };
-        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        let ws = WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            Role::Server,
+            Some(websocket_config()),
+        )
+        .await;
         if let Err(e) = serve(ws).await {
             debug!(error = %e, "websocket stream ended with an error");
         }

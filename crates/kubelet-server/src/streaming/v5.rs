@@ -43,11 +43,13 @@ fn io(e: std::io::Error) -> StreamError {
 }
 
 /// Serves `ws` (already accepted with `v5.channel.k8s.io`) against the
-/// runtime's streaming URL until the command ends or either side goes away.
+/// runtime's streaming URL until the command ends or either side goes away;
+/// the runtime connection runs among `sessions`, so it ends with the server.
 pub async fn serve(
     mut ws: ServerWebSocket,
     runtime_url: Uri,
     opts: StreamOptions,
+    sessions: &Sessions,
 ) -> Result<(), StreamError> {
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -59,9 +61,8 @@ pub async fn serve(
         super::tunnel::STREAM_PROTOCOL_HEADER,
         HeaderValue::from_static(RUNTIME_PROTOCOL),
     );
-    let sessions = Sessions::of(&http::Extensions::new());
     let mut resp =
-        match super::proxy::open_upgrade(Method::POST, &runtime_url, headers, &sessions).await {
+        match super::proxy::open_upgrade(Method::POST, &runtime_url, headers, sessions).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = send_failure(&mut ws, &e.to_string()).await;

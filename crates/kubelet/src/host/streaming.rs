@@ -1,10 +1,12 @@
 //! Upstream `Kubelet.GetExec`, `GetAttach`, `GetPortForward` and
 //! `RunInContainer` (`kubelet_pods.go`, with `findContainer` and the
 //! runtime manager's `GetExec`/`GetAttach`/`GetPortForward`/`RunInContainer`):
-//! the container is found in the runtime's view of running containers, by
-//! the pod's UID (a mirror pod's UID is translated to its static pod's) or
-//! else by the pod's name and namespace; port-forward uses the pod's newest
-//! sandbox.
+//! the container is found in the runtime's view of running containers by
+//! the pod's full name (upstream `Pods.FindPod(podFullName, podUID)` with
+//! the full name set), and, when the path names a UID, by that UID as well
+//! (a mirror pod's UID is translated to its static pod's), so a UID never
+//! selects a pod other than the named one; port-forward uses the pod's
+//! newest sandbox.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,7 +54,7 @@ impl KubeletHost {
     }
 
     /// Upstream `findContainer`: the running container `container` of the
-    /// pod, by UID when one is given, else by the pod's name.
+    /// named pod; a UID, when given, must be that pod's too.
     async fn find_container(
         &self,
         pod: &Pod,
@@ -60,11 +62,11 @@ impl KubeletHost {
         container: &str,
     ) -> Result<String, HostError> {
         let (name, namespace, _) = meta(pod);
-        let mut selector = HashMap::new();
-        if pod_uid.is_empty() {
-            selector.insert(labels::POD_NAME.to_string(), name.to_string());
-            selector.insert(labels::POD_NAMESPACE.to_string(), namespace.to_string());
-        } else {
+        let mut selector = HashMap::from([
+            (labels::POD_NAME.to_string(), name.to_string()),
+            (labels::POD_NAMESPACE.to_string(), namespace.to_string()),
+        ]);
+        if !pod_uid.is_empty() {
             selector.insert(labels::POD_UID.to_string(), self.translate_pod_uid(pod_uid));
         }
         selector.insert(labels::CONTAINER_NAME.to_string(), container.to_string());
@@ -91,6 +93,10 @@ impl KubeletHost {
 impl StreamingHost for KubeletHost {
     fn get_pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         kubelet_server::HostInterface::get_pod_by_name(self, namespace, name)
+    }
+
+    fn translate_pod_uid(&self, uid: &str) -> String {
+        KubeletHost::translate_pod_uid(self, uid)
     }
 
     async fn get_exec(
