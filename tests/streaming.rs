@@ -78,14 +78,54 @@ async fn drain(ws: &mut Ws) -> [Vec<u8>; 4] {
 async fn exec_port_forward_and_run_through_the_kubelet() {
     let node = Node::start(|_| {}).await;
     node.write_manifest("st.yaml", &manifest("st"));
-    node.wait_status("st", T, "running", |s| {
-        is_running(s, "web") && is_running(s, "sleeper")
-    })
-    .await
-    .unwrap();
+    node.write_manifest("other.yaml", &manifest("other"));
+    for name in ["st", "other"] {
+        node.wait_status(name, T, "running", |s| {
+            is_running(s, "web") && is_running(s, "sleeper")
+        })
+        .await
+        .unwrap();
+    }
     let pod = node.pod_name("st");
     let uid = node.uid_of("st").unwrap();
+    let other_uid = node.uid_of("other").unwrap();
     let addr = serve(&node).await;
+
+    // A UID in the path must be the named pod's: another pod's is refused
+    // (upstream finds the pod by its full name), for exec and /run alike.
+    let mut req =
+        format!("ws://{addr}/exec/default/{pod}/{other_uid}/sleeper?command=true&output=1")
+            .into_client_request()
+            .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    match tokio::time::timeout(IO, tokio_tungstenite::client_async(req, tcp))
+        .await
+        .expect("answer in time")
+    {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 404);
+        }
+        other => panic!(
+            "exec into another pod by UID: {:?}",
+            other.map(|(_, r)| r.status())
+        ),
+    }
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /run/default/{pod}/{other_uid}/sleeper?cmd=true HTTP/1.1\r\nHost: k\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = String::new();
+    tokio::time::timeout(IO, s.read_to_string(&mut resp))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    assert!(resp.ends_with("pod not found"), "{resp}");
 
     // (a) exec with stdin, stdout, stderr and the exit code (v4 error channel).
     let cmd = "command=sh&command=-c&command=head%20-c%205%3B%20echo%3B%20echo%20oops%20%3E%262%3B%20exit%203";
