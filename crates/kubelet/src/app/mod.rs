@@ -282,6 +282,7 @@ impl App {
             cpu_usage: Default::default(),
             summary_cache: Default::default(),
             metrics: self.metrics.clone(),
+            pod_cgroups: self.container_manager.clone(),
         });
         let (server_addr, read_only_addr) = self.node_api.addrs();
         self.node_api.spawn(

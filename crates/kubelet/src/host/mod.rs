@@ -53,6 +53,8 @@ pub struct KubeletHost {
     pub summary_cache: stats::SummaryCache,
     /// Where the stats calls to the runtime are counted.
     pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
+    /// The pod cgroups, for pods the runtime gives no stats for.
+    pub pod_cgroups: Arc<dyn stats::PodCgroupDirs>,
 }
 
 #[async_trait::async_trait]

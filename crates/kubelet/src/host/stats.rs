@@ -6,14 +6,20 @@
 //! it fills it, else from the previous sample of the same container, sandbox
 //! or node (upstream `getAndUpdateContainerUsageNanoCores`). No volume plugins
 //! exist yet, so pods report no volume stats and ephemeral storage counts only
-//! writable layers and logs.
+//! writable layers and logs. A sandbox or container whose stats the runtime
+//! fails is left out alone, never the node's summary (see [`cri_stats`], and
+//! [`pod_cgroup`] for pods the runtime gave nothing for); the failures are
+//! counted in `kubelet_runtime_operations_errors_total{operation_type}`.
 
 mod cpu;
 mod cri_stats;
 mod node;
+mod pod_cgroup;
+mod summary_cache;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cri::pb;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -27,43 +33,9 @@ use kubelet_server::stats::{StatsError, StatsProvider, Summary};
 
 pub use self::cpu::CpuUsageCache;
 pub use self::cri_stats::StatsRuntime;
+pub use self::pod_cgroup::PodCgroupDirs;
+pub use self::summary_cache::{SUMMARY_REUSE, SummaryCache};
 
-/// How long a collected summary answers further scrapes.
-pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// One stats collection at a time, shared by concurrent scrapes: a summary
-/// younger than [`SUMMARY_REUSE`] is served again instead of asking the
-/// runtime (metrics-server, Prometheus and `kubectl top` scraping at once
-/// cost one collection). Upstream reads stats cAdvisor collected every 10 s.
-#[derive(Default)]
-pub struct SummaryCache {
-    last: tokio::sync::Mutex<Option<(tokio::time::Instant, bool, Summary)>>,
-}
-
-impl SummaryCache {
-    /// The cached summary when fresh enough (and full when `full` is asked),
-    /// else a new one from `collect`.
-    pub async fn get_or_collect<F, Fut>(
-        &self,
-        full: bool,
-        collect: F,
-    ) -> Result<Summary, StatsError>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Summary, StatsError>>,
-    {
-        let mut last = self.last.lock().await;
-        if let Some((at, was_full, s)) = last.as_ref()
-            && at.elapsed() < SUMMARY_REUSE
-            && (*was_full || !full)
-        {
-            return Ok(s.clone());
-        }
-        let s = collect().await?;
-        *last = Some((tokio::time::Instant::now(), full, s.clone()));
-        Ok(s)
-    }
-}
 use super::KubeletHost;
 
 /// Key of the node's own CPU sample.
@@ -215,6 +187,8 @@ struct HostRead {
     image_fs: Option<FsStats>,
     logs_fs: Option<FsStats>,
     log_usage: HashMap<PathBuf, (u64, u64)>,
+    /// Pod cgroups read for pods the runtime gave no stats for, by UID.
+    pod_cgroups: HashMap<String, pod_cgroup::PodUsage>,
 }
 
 /// What one collection reads: the runtime, the host's files under
@@ -229,6 +203,7 @@ pub(crate) struct Collector<'a> {
     pub pod_logs_dir: &'a Path,
     pub cgroup_root: &'a Path,
     pub proc_root: &'a Path,
+    pub pod_cgroups: Option<Arc<dyn PodCgroupDirs>>,
 }
 
 impl KubeletHost {
@@ -243,6 +218,7 @@ impl KubeletHost {
             pod_logs_dir: &self.pod_logs_dir,
             cgroup_root: Path::new("/sys/fs/cgroup"),
             proc_root: Path::new("/proc"),
+            pod_cgroups: Some(self.pod_cgroups.clone()),
         }
     }
 }
@@ -261,6 +237,19 @@ impl Collector<'_> {
         } else {
             Vec::new()
         };
+        // A pod the runtime gave no stats for at all: its pod cgroup.
+        let no_stats: Vec<String> = pods
+            .iter()
+            .filter(|p| {
+                !sample.sandboxes.contains_key(&p.sandbox.id)
+                    && !p
+                        .containers
+                        .iter()
+                        .any(|c| sample.containers.contains_key(&c.container.id))
+            })
+            .filter_map(|p| Some(p.sandbox.metadata.as_ref()?.uid.clone()))
+            .collect();
+        let cgroups = self.pod_cgroups.clone().filter(|_| !no_stats.is_empty());
         let root_dir = self.root_dir.to_path_buf();
         let pod_logs_dir = self.pod_logs_dir.to_path_buf();
         let cgroup_root = self.cgroup_root.to_path_buf();
@@ -272,6 +261,18 @@ impl Collector<'_> {
         let host = tokio::task::spawn_blocking(move || -> Result<HostRead, StatsError> {
             let node = node::node_usage(&cgroup_root, &proc_root)?;
             let boot = node::boot_time(&proc_root);
+            let pod_cgroups = match cgroups {
+                Some(c) => {
+                    let dirs = c.pod_cgroup_dirs();
+                    no_stats
+                        .into_iter()
+                        .filter_map(|uid| {
+                            Some((uid.clone(), pod_cgroup::pod_usage(dirs.get(&uid)?)?))
+                        })
+                        .collect()
+                }
+                None => HashMap::new(),
+            };
             if !full {
                 return Ok(HostRead {
                     node,
@@ -282,6 +283,7 @@ impl Collector<'_> {
                     image_fs: None,
                     logs_fs: None,
                     log_usage: HashMap::new(),
+                    pod_cgroups,
                 });
             }
             let fs_of = |p: &Path| match node::statvfs(p) {
@@ -306,6 +308,7 @@ impl Collector<'_> {
                         (d, u)
                     })
                     .collect(),
+                pod_cgroups,
             })
         })
         .await??;
@@ -450,6 +453,8 @@ impl Collector<'_> {
             });
         }
         let linux = sb.and_then(|s| s.linux.as_ref());
+        let cgroup = host.pod_cgroups.get(&meta.uid);
+        let sampled = now_ns();
         let cpu = match linux.and_then(|l| l.cpu.as_ref()) {
             Some(cpu) => Some(cpu_stats(self.cpu_usage, &pod.sandbox.id, cpu)),
             // No sandbox stats: the sum of the containers.
@@ -463,6 +468,17 @@ impl Collector<'_> {
                         a.usage_core_nano_seconds,
                         b.usage_core_nano_seconds,
                     ),
+                })
+                .or_else(|| {
+                    // Nothing from the runtime: the pod cgroup.
+                    let u = cgroup?;
+                    let core_ns = u.cpu_core_ns?;
+                    let key = format!("pod-cgroup/{}", meta.uid);
+                    Some(CpuStats {
+                        time: time_ns(sampled),
+                        usage_nano_cores: self.cpu_usage.update(&key, sampled, core_ns),
+                        usage_core_nano_seconds: Some(core_ns),
+                    })
                 }),
         };
         let memory = match linux.and_then(|l| l.memory.as_ref()) {
@@ -478,6 +494,18 @@ impl Collector<'_> {
                     rss_bytes: sum_opt(a.rss_bytes, b.rss_bytes),
                     page_faults: sum_opt(a.page_faults, b.page_faults),
                     major_page_faults: sum_opt(a.major_page_faults, b.major_page_faults),
+                })
+                .or_else(|| {
+                    let u = cgroup.filter(|u| u.usage_bytes.is_some())?;
+                    Some(MemoryStats {
+                        time: time_ns(sampled),
+                        available_bytes: None,
+                        usage_bytes: u.usage_bytes,
+                        working_set_bytes: u.working_set_bytes,
+                        rss_bytes: u.rss_bytes,
+                        page_faults: u.page_faults,
+                        major_page_faults: u.major_page_faults,
+                    })
                 }),
         };
         let network = linux

@@ -136,6 +136,31 @@ mod runtime_failures {
 
     const MIB: u64 = 1 << 20;
 
+    /// Pod cgroups (v2) as directories `<dir>/<uid>`.
+    struct PodCgroupsIn(PathBuf);
+
+    impl PodCgroupDirs for PodCgroupsIn {
+        fn pod_cgroup_dirs(
+            &self,
+        ) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>>
+        {
+            let Ok(entries) = std::fs::read_dir(&self.0) else {
+                return Default::default();
+            };
+            entries
+                .flatten()
+                .map(|e| {
+                    let dir = e.path();
+                    let uid = e.file_name().to_string_lossy().into_owned();
+                    let by_controller = ["cpu", "memory"]
+                        .map(|c| (c.to_string(), dir.clone()))
+                        .into();
+                    (uid, by_controller)
+                })
+                .collect()
+        }
+    }
+
     fn write(path: &Path, text: &str) {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).expect("test dir");
@@ -190,6 +215,7 @@ mod runtime_failures {
                 pod_logs_dir: &logs,
                 cgroup_root: &cgroup,
                 proc_root: &proc,
+                pod_cgroups: Some(Arc::new(PodCgroupsIn(self.dir.path().join("pods")))),
             }
             .collect(full)
             .await
@@ -357,6 +383,33 @@ mod runtime_failures {
         );
         assert!(text.contains("node_memory_working_set_bytes "), "{text}");
         assert!(text.contains("resource_scrape_error 0"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_without_any_runtime_stats_reports_its_pod_cgroup() {
+        let node = Node::new();
+        node.fake.fail_stats(&node.sandboxes[2]);
+        node.fake.fail_stats(&node.containers[2]);
+        let cg = node.dir.path().join("pods/u2");
+        write(&cg.join("cgroup.controllers"), "cpu memory\n");
+        write(&cg.join("cpu.stat"), "usage_usec 7000000\n");
+        write(&cg.join("memory.current"), "5242880\n");
+        write(
+            &cg.join("memory.stat"),
+            "anon 4194304\ninactive_file 1048576\n",
+        );
+
+        let s = node.collect(false).await.expect("a summary");
+
+        let p = pod(&s, "u2");
+        assert_eq!(pod_cpu_ns(p), Some(7_000_000_000), "{p:?}");
+        assert_eq!(pod_ws(p), Some(4 * MIB), "{p:?}");
+        assert_eq!(p.containers[0].memory, None, "the container's stats failed");
+        assert_eq!(
+            pod_ws(pod(&s, "u1")),
+            Some(2 * MIB),
+            "others from the runtime"
+        );
     }
 
     #[tokio::test(start_paused = true)]

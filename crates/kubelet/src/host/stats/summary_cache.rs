@@ -1,0 +1,42 @@
+//! One stats collection at a time (upstream reads stats cAdvisor collected
+//! every 10 s; the summary provider itself keeps none): concurrent scrapes
+//! share a summary younger than [`SUMMARY_REUSE`].
+
+use kubelet_server::stats::{StatsError, Summary};
+
+/// How long a collected summary answers further scrapes.
+pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One stats collection at a time, shared by concurrent scrapes: a summary
+/// younger than [`SUMMARY_REUSE`] is served again instead of asking the
+/// runtime (metrics-server, Prometheus and `kubectl top` scraping at once
+/// cost one collection). Upstream reads stats cAdvisor collected every 10 s.
+#[derive(Default)]
+pub struct SummaryCache {
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, bool, Summary)>>,
+}
+
+impl SummaryCache {
+    /// The cached summary when fresh enough (and full when `full` is asked),
+    /// else a new one from `collect`.
+    pub async fn get_or_collect<F, Fut>(
+        &self,
+        full: bool,
+        collect: F,
+    ) -> Result<Summary, StatsError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Summary, StatsError>>,
+    {
+        let mut last = self.last.lock().await;
+        if let Some((at, was_full, s)) = last.as_ref()
+            && at.elapsed() < SUMMARY_REUSE
+            && (*was_full || !full)
+        {
+            return Ok(s.clone());
+        }
+        let s = collect().await?;
+        *last = Some((tokio::time::Instant::now(), full, s.clone()));
+        Ok(s)
+    }
+}
