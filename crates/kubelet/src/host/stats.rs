@@ -237,11 +237,13 @@ impl Collector<'_> {
         } else {
             Vec::new()
         };
-        // A pod the runtime gave no stats for at all: its pod cgroup.
+        // A running pod the runtime gave no stats for at all: its pod cgroup.
+        let ready = pb::PodSandboxState::SandboxReady as i32;
         let no_stats: Vec<String> = pods
             .iter()
             .filter(|p| {
-                !sample.sandboxes.contains_key(&p.sandbox.id)
+                p.sandbox.state == ready
+                    && !sample.sandboxes.contains_key(&p.sandbox.id)
                     && !p
                         .containers
                         .iter()
