@@ -55,6 +55,9 @@ pub struct PodActions {
     pub init_containers_to_start: Vec<usize>,
     /// Indexes of app containers to start.
     pub containers_to_start: Vec<usize>,
+    /// Indexes of ephemeral containers to start (upstream
+    /// `EphemeralContainersToStart`): those never started before.
+    pub ephemeral_containers_to_start: Vec<usize>,
     /// Running containers to stop.
     pub containers_to_kill: Vec<ContainerToKill>,
 }
@@ -334,7 +337,14 @@ pub fn compute_pod_actions_with(
         return a;
     }
 
+    // Ephemeral containers may start before initialization is done; they
+    // are never restarted, and never killed on their own.
+    a.ephemeral_containers_to_start = crate::ephemeral::to_start(p, status);
     let initialized = init_container_actions(p, status, probes, &mut a);
+    if a.kill_pod {
+        // Nothing starts in a pod being stopped.
+        a.ephemeral_containers_to_start.clear();
+    }
     if a.kill_pod || !initialized {
         return a;
     }
@@ -392,8 +402,9 @@ pub fn compute_pod_actions_with(
     }
     if keep == 0 && a.containers_to_start.is_empty() {
         a.kill_pod = true;
-        // Sidecars do not keep a finished pod alive.
+        // Sidecars and ephemeral containers do not keep a finished pod alive.
         a.init_containers_to_start.clear();
+        a.ephemeral_containers_to_start.clear();
     }
     a
 }

@@ -12,6 +12,7 @@ pub mod cgroups;
 mod container;
 mod container_resources;
 pub mod credentialprovider;
+pub mod ephemeral;
 mod error;
 pub mod expansion;
 pub mod images;

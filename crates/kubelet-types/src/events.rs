@@ -83,8 +83,15 @@ impl Recorder for NoopRecorder {
 pub fn pod_ref(p: &Pod, container: Option<&str>) -> ObjectReference {
     let field_path = container.map(|c| {
         let init = pod::init_containers(p).iter().any(|ic| ic.name == c);
+        let ephemeral = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .is_some_and(|ecs| ecs.iter().any(|ec| ec.name == c));
         if init {
             format!("spec.initContainers{{{c}}}")
+        } else if ephemeral {
+            format!("spec.ephemeralContainers{{{c}}}")
         } else {
             format!("spec.containers{{{c}}}")
         }

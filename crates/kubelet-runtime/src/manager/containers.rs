@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use cri::pb;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 use kubelet_metrics::StartPhase;
 use kubelet_types::events::{EventType, pod_ref, reason};
 use kubelet_types::pod;
@@ -16,6 +16,7 @@ use super::kill::Kill;
 use super::{KubeRuntimeManager, SyncResult};
 use crate::actions::KillReason;
 use crate::container::{backoff_key, container_config};
+use crate::ephemeral;
 use crate::pod_status::{ContainerState, PodStatus};
 use crate::sandbox::pod_logs_dir;
 use crate::{Error, Result};
@@ -28,11 +29,33 @@ const POST_START_HOOK_ERROR: &str = "PostStartHookError";
 const POST_START_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl KubeRuntimeManager {
+    /// Upstream `ephemeralContainerStartSpec`: starts `ec` as the container
+    /// it describes, in the PID namespace of its target container if it
+    /// names one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_ephemeral_container(
+        &self,
+        p: &Pod,
+        ec: &EphemeralContainer,
+        status: &PodStatus,
+        target: (&str, &[String]),
+        sandbox_cfg: &pb::PodSandboxConfig,
+        now: SystemTime,
+        result: &mut SyncResult,
+    ) -> Result<()> {
+        let c = ephemeral::as_container(ec);
+        self.start_container(p, &c, Some(ec), status, target, sandbox_cfg, now, result)
+            .await
+    }
+
+    /// Upstream `startContainer`: backoff, image, create, start, postStart.
+    /// `ephemeral` is the ephemeral container `c` was made from, if any.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_container(
         &self,
         p: &Pod,
         c: &Container,
+        ephemeral: Option<&EphemeralContainer>,
         status: &PodStatus,
         (sandbox_id, pod_ips): (&str, &[String]),
         sandbox_cfg: &pb::PodSandboxConfig,
@@ -125,6 +148,25 @@ impl KubeRuntimeManager {
                 source: None,
             });
         }
+        // Upstream `getTargetID`: the target must be running.
+        let ns_target = match ephemeral.map(|ec| ephemeral::target_id(ec, status)) {
+            None | Some(Ok(None)) => None,
+            Some(Ok(Some(id))) => Some(id),
+            Some(Err(message)) => {
+                self.set_reason(uid, &c.name, "CreateContainerConfigError", message.clone());
+                self.recorder.event(
+                    &pod_ref(p, Some(&c.name)),
+                    EventType::Warning,
+                    reason::FAILED,
+                    format!("Error: {message}"),
+                );
+                return Err(Error::Container {
+                    reason: "CreateContainerConfigError",
+                    message,
+                    source: None,
+                });
+            }
+        };
         let restart_count = last.map_or(0, |s| s.restart_count + 1);
         self.prune_instances(status, &c.name).await;
         let log_dir = pod_logs_dir(&self.cfg.pod_logs_dir, p).join(&c.name);
@@ -158,6 +200,9 @@ impl KubeRuntimeManager {
             None => None,
         };
         let mut cfg = container_config(&self.cfg, p, c, restart_count, &image_ref, opts);
+        if let Some(t) = &ns_target {
+            ephemeral::apply_target(&mut cfg, t);
+        }
         match crate::termination::prepare(&self.cfg.root_dir, p, c, restart_count).await {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}

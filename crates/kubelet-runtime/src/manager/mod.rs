@@ -29,6 +29,7 @@ use tracing::{debug, info};
 
 use crate::actions::{NoProbes, compute_pod_actions_with};
 use crate::backoff::Backoff;
+use crate::ephemeral;
 use crate::images::ImageManager;
 use crate::lifecycle_handler::HandlerRunner;
 use crate::pod_status::{PodStatus, container_status_from_cri};
@@ -409,6 +410,7 @@ impl KubeRuntimeManager {
         if !actions.create_sandbox
             && actions.init_containers_to_start.is_empty()
             && actions.containers_to_start.is_empty()
+            && actions.ephemeral_containers_to_start.is_empty()
         {
             // Nothing to create or start: no sandbox config to build.
             self.remove_dead_sandboxes(status).await;
@@ -430,6 +432,20 @@ impl KubeRuntimeManager {
             .pod_ips(p, actions.create_sandbox, &sandbox_id, status)
             .await;
         let target = (sandbox_id.as_str(), pod_ips.as_slice());
+        // Ephemeral containers first, as upstream: one that fails does not
+        // hold back the others, nor the init and app containers.
+        for i in &actions.ephemeral_containers_to_start {
+            let Some(ec) = ephemeral::ephemeral_containers(p).get(*i) else {
+                continue;
+            };
+            let r = self
+                .start_ephemeral_container(p, ec, status, target, &sandbox_cfg, now, &mut result)
+                .await;
+            self.record_container_start(container_type::EPHEMERAL_CONTAINER, &r);
+            if let Err(e) = r {
+                result.errors.push(e);
+            }
+        }
         // Init containers in order: a regular one that fails to start stops
         // the sync; a sidecar that fails does not hold back the others.
         for i in &actions.init_containers_to_start {
@@ -437,7 +453,7 @@ impl KubeRuntimeManager {
                 continue;
             };
             let r = self
-                .start_container(p, c, status, target, &sandbox_cfg, now, &mut result)
+                .start_container(p, c, None, status, target, &sandbox_cfg, now, &mut result)
                 .await;
             self.record_container_start(container_type::INIT_CONTAINER, &r);
             if let Err(e) = r {
@@ -452,7 +468,7 @@ impl KubeRuntimeManager {
                 continue;
             };
             let r = self
-                .start_container(p, c, status, target, &sandbox_cfg, now, &mut result)
+                .start_container(p, c, None, status, target, &sandbox_cfg, now, &mut result)
                 .await;
             self.record_container_start(container_type::CONTAINER, &r);
             if let Err(e) = r {

@@ -18,6 +18,8 @@ pub(super) struct Recording {
     pub log: Arc<Mutex<Vec<String>>>,
     pub exec_delay: Arc<Mutex<Duration>>,
     pub exec_exit: Arc<Mutex<i32>>,
+    /// Every `ContainerConfig` created, in order.
+    pub configs: Arc<Mutex<Vec<pb::ContainerConfig>>>,
 }
 
 impl Recording {
@@ -27,6 +29,7 @@ impl Recording {
             log: Arc::default(),
             exec_delay: Arc::default(),
             exec_exit: Arc::default(),
+            configs: Arc::default(),
         }
     }
 
@@ -77,6 +80,7 @@ impl RuntimeService for Recording {
         c: pb::ContainerConfig,
         s: pb::PodSandboxConfig,
     ) -> cri::Result<String> {
+        self.configs.lock().push(c.clone());
         self.fake.create_container(sb, c, s).await
     }
     async fn start_container(&self, id: &str) -> cri::Result<()> {

@@ -8,6 +8,7 @@ use std::time::UNIX_EPOCH;
 
 mod actions;
 mod blocking;
+mod ephemeral;
 mod helper;
 mod lifecycle;
 mod metrics;
