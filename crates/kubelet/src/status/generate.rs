@@ -257,6 +257,16 @@ pub fn generate_api_pod_status(
         .iter()
         .map(|c| container_status(c, status, waiting, runtime, default_reason))
         .collect();
+    // Ephemeral containers: statuses like app containers', apart from the
+    // phase, the conditions and the prober (upstream
+    // `convertToAPIContainerStatuses` over the ephemeral specs).
+    let ephemeral: Vec<ContainerStatus> = kubelet_runtime::ephemeral::ephemeral_containers(p)
+        .iter()
+        .map(|ec| {
+            let c = kubelet_runtime::ephemeral::as_container(ec);
+            container_status(&c, status, waiting, runtime, default_reason)
+        })
+        .collect();
     let mut s = PodStatus {
         init_container_statuses: Some(init),
         container_statuses: Some(app),
@@ -310,6 +320,7 @@ pub fn generate_api_pod_status(
         qos_class: Some(kubelet_types::qos::pod_qos(p).as_str().to_string()),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(app),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         ..Default::default()
     }
 }

@@ -4,6 +4,8 @@
 //! and in cluster mode patching it to the apiserver ([`sync`]).
 
 pub mod conditions;
+#[cfg(test)]
+mod ephemeral_tests;
 mod generate;
 mod manager;
 #[cfg(test)]
