@@ -141,13 +141,13 @@ impl AtomicWriter {
             // write; it never is `..data`, so it is safe to drop.
             let _ = std::fs::remove_file(&new_data_dir);
             if let Err(e) = std::os::unix::fs::symlink(&ts_name, &new_data_dir) {
-                let _ = std::fs::remove_dir_all(&ts_dir);
+                let _ = crate::removeall::remove_all_one_filesystem_blocking(&ts_dir);
                 tracing::error!("{ctx}: error creating symbolic link for atomic update: {e}");
                 return Err(Error::io("create symlink", &new_data_dir)(e));
             }
             if let Err(e) = std::fs::rename(&new_data_dir, &data_dir) {
                 let _ = std::fs::remove_file(&new_data_dir);
-                let _ = std::fs::remove_dir_all(&ts_dir);
+                let _ = crate::removeall::remove_all_one_filesystem_blocking(&ts_dir);
                 tracing::error!(
                     "{ctx}: error renaming symbolic link for data directory {}: {e}",
                     new_data_dir.display()
@@ -168,17 +168,15 @@ impl AtomicWriter {
             })?;
         if !old_ts_dir.as_os_str().is_empty() {
             // Gone already is fine, as Go's `os.RemoveAll`: the swap succeeded.
-            match std::fs::remove_dir_all(&old_ts_path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                r => r,
-            }
-            .map_err(|e| {
-                tracing::error!(
-                    "{ctx}: error removing old data directory {}: {e}",
-                    old_ts_dir.display()
-                );
-                Error::io("remove old data directory", &old_ts_path)(e)
-            })?;
+            // Never through a mount someone made inside the volume.
+            crate::removeall::remove_all_one_filesystem_blocking(&old_ts_path).inspect_err(
+                |e| {
+                    tracing::error!(
+                        "{ctx}: error removing old data directory {}: {e}",
+                        old_ts_dir.display()
+                    );
+                },
+            )?;
         }
         Ok(())
     }

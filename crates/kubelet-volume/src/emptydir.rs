@@ -117,7 +117,7 @@ fn set_up_blocking(
             Medium::Default if dir.is_dir() => return Ok(false),
             _ => {
                 tracing::warn!(dir = %dir.display(), "emptyDir ready file exists but the volume does not; removing the ready file");
-                let _ = std::fs::remove_dir_all(meta);
+                let _ = crate::removeall::remove_all_one_filesystem_blocking(meta);
             }
         }
     }
