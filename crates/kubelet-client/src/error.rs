@@ -138,6 +138,17 @@ pub enum Error {
         /// The CSR.
         name: String,
     },
+    /// The apiserver's version or discovery documents could not be read.
+    #[error("discovery: {what} took longer than {after:?}")]
+    DiscoveryTimeout {
+        /// `/version` or a discovery document.
+        what: &'static str,
+        /// The deadline.
+        after: Duration,
+    },
+    /// `/version` answered a version that is not `<major>.<minor>`.
+    #[error("discovery: unparsable server version {0:?}")]
+    ServerVersion(String),
     /// No certificate was issued in time.
     #[error("timed out waiting for CertificateSigningRequest {name} after {after:?}")]
     CsrTimeout {

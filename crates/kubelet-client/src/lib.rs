@@ -4,7 +4,8 @@
 //!   certificate, client-side rate limiting and a deadline on every request;
 //! - [`certificate`]: TLS bootstrap, the CSR exchange and rotation;
 //! - [`events`]: the event recorder and its rate-limited sink;
-//! - [`clock`]: the wall clock as a seam for paused-time tests.
+//! - [`clock`]: the wall clock as a seam for paused-time tests;
+//! - [`discovery`]: the apiserver's version and served group versions.
 //!
 //! Every failure is an [`Error`]. File IO (kubeconfigs, certificates, keys)
 //! never runs on the async runtime: it goes through `tokio::fs` or, for a
@@ -13,6 +14,7 @@
 pub mod certificate;
 pub mod client;
 pub mod clock;
+pub mod discovery;
 mod error;
 pub mod events;
 

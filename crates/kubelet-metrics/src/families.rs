@@ -129,6 +129,13 @@ struct NodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    request: &'static str,
+    choice: &'static str,
+    server_version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ContainerStateLabel {
     container_state: &'static str,
 }
@@ -228,6 +235,9 @@ pub struct KubeletMetrics {
     descriptors: HashMap<String, Descriptor>,
 
     node_name: Family<NodeLabel, Gauge>,
+    apiserver_fallback: Family<FallbackLabels, Gauge>,
+    /// The sample of each request in `apiserver_fallback`.
+    apiserver_fallback_last: parking_lot::Mutex<HashMap<&'static str, FallbackLabels>>,
     running_pods: Gauge,
     running_containers: Family<ContainerStateLabel, Gauge>,
     pod_start_duration: Histogram,
@@ -306,6 +316,11 @@ impl KubeletMetrics {
         let node_name = b.add(
             "kubelet_node_name",
             "The node's name. The count is always 1.",
+            &Family::default(),
+        );
+        let apiserver_fallback = b.add(
+            "kubelet_apiserver_fallback_info",
+            "A kubelet-rs addition: which form of a request the kubelet uses with this apiserver, for requests older apiservers refuse. The count is always 1.",
             &Family::default(),
         );
         let running_pods = b.add(
@@ -434,6 +449,8 @@ impl KubeletMetrics {
             registry: b.registry,
             descriptors: b.descriptors,
             node_name,
+            apiserver_fallback,
+            apiserver_fallback_last: Default::default(),
             running_pods,
             running_containers,
             pod_start_duration,

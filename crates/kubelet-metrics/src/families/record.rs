@@ -16,6 +16,28 @@ impl KubeletMetrics {
             .set(1);
     }
 
+    /// `kubelet_apiserver_fallback_info{request, choice, server_version} 1`:
+    /// the form of `request` in use (`choice`) with the apiserver of
+    /// `server_version` (empty when unknown); replaces the request's earlier
+    /// sample.
+    pub fn set_apiserver_fallback(
+        &self,
+        request: &'static str,
+        choice: &'static str,
+        server_version: &str,
+    ) {
+        let labels = FallbackLabels {
+            request,
+            choice,
+            server_version: server_version.to_string(),
+        };
+        let mut last = self.apiserver_fallback_last.lock();
+        if let Some(before) = last.insert(request, labels.clone()) {
+            self.apiserver_fallback.remove(&before);
+        }
+        self.apiserver_fallback.get_or_create(&labels).set(1);
+    }
+
     /// `kubelet_running_pods` and `kubelet_running_containers{container_state}`,
     /// from one relist of the runtime. `containers` holds a count per CRI
     /// state (`created`, `running`, `exited`, `unknown`).

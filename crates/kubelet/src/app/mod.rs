@@ -219,6 +219,22 @@ impl App {
         // The Node the apiserver last returned, for admission (cluster mode).
         let (latest_node_tx, latest_node_rx) = watch::channel(None);
         let latest_node_rx = self.cluster.is_some().then_some(latest_node_rx);
+        // The apiserver's version and groups, read once at start (logged);
+        // requests older apiservers refuse choose their form from it.
+        let discovery = self.cluster.as_ref().map(|c| {
+            let d = kubelet_client::discovery::Discovery::new(c.client.clone());
+            let first = d.clone();
+            spawn_in(&tasks, info_span!("discovery"), {
+                let stop = stop.clone();
+                async move {
+                    tokio::select! {
+                        () = stop.cancelled() => {}
+                        _ = first.refresh_until_known() => {}
+                    }
+                }
+            });
+            d
+        });
         let pipeline = pods::Pipeline {
             cfg,
             manager: self.manager.clone(),
@@ -227,6 +243,7 @@ impl App {
             recorder: self.cluster.as_ref().map(|c| c.recorder.clone()),
             metrics: self.metrics.clone(),
             client: self.cluster.as_ref().map(|c| c.client.clone()),
+            discovery,
             allocatable: self.allocatable.clone(),
             probe_results: self.probe_results.clone(),
             cri: self.cri.clone(),

@@ -119,6 +119,8 @@ pub(super) struct Pipeline<'a> {
     pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
     /// The apiserver client (cluster mode).
     pub client: Option<kube::Client>,
+    /// The apiserver's version and groups (cluster mode).
+    pub discovery: Option<kubelet_client::discovery::Discovery>,
     /// Node allocatable.
     pub allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -176,6 +178,8 @@ impl Pipeline<'_> {
         let volumes = super::volumes::VolumeWiring {
             cfg,
             client: self.client.clone(),
+            discovery: self.discovery.clone(),
+            metrics: self.metrics.clone(),
             allocatable: self.allocatable.clone(),
             pods: sources.pods.clone(),
             sources_ready: sources.ready.clone(),

@@ -20,7 +20,7 @@ use tracing::info_span;
 use super::spawn::spawn_in;
 use crate::objects::ObjectKey;
 use crate::objects::pvc::PersistentVolumeGetter;
-use crate::objects::services::ServiceLister;
+use crate::objects::services::{Compat, ServiceLister};
 use crate::objects::token::TokenManager;
 use crate::objects::watch::WatchBasedManager;
 use crate::pod_manager::PodManager;
@@ -38,6 +38,8 @@ pub(super) struct Volumes {
 pub(super) struct VolumeWiring<'a> {
     pub cfg: &'a kubelet_config::KubeletConfig,
     pub client: Option<kube::Client>,
+    pub discovery: Option<kubelet_client::discovery::Discovery>,
+    pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
     pub allocatable: BTreeMap<String, Quantity>,
     pub pods: PodManager,
     pub sources_ready: Arc<SourcesReady>,
@@ -73,7 +75,17 @@ impl VolumeWiring<'_> {
         let config_maps = WatchBasedManager::<ConfigMap>::new(client.clone(), tasks, stop);
         let secrets = WatchBasedManager::<Secret>::new(client.clone(), tasks, stop);
         let tokens = TokenManager::new(client.clone(), Arc::new(SystemClock), tasks, stop);
-        let services = ServiceLister::new(client.clone(), tasks, stop);
+        let services = ServiceLister::new(
+            client.clone().zip(self.discovery).map(|(c, discovery)| {
+                let compat = Compat {
+                    discovery,
+                    metrics: Some(self.metrics.clone()),
+                };
+                (c, compat)
+            }),
+            tasks,
+            stop,
+        );
         let host = Arc::new(KubeletVolumeHost {
             config_maps: config_maps.clone(),
             secrets: secrets.clone(),

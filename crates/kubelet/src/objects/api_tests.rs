@@ -97,7 +97,12 @@ async fn a_pod_bound_token_is_requested_once_and_cached() {
 async fn the_service_lister_follows_every_namespace() {
     let c = Cluster::start(Default::default()).await;
     let stop = CancellationToken::new();
-    let l = ServiceLister::new(Some(c.node_client("n1").await), &TaskTracker::new(), &stop);
+    let client = c.node_client("n1").await;
+    let compat = super::services::Compat {
+        discovery: kubelet_client::discovery::Discovery::new(client.clone()),
+        metrics: None,
+    };
+    let l = ServiceLister::new(Some((client, compat)), &TaskTracker::new(), &stop);
     let names = |l: &ServiceLister| -> Vec<String> {
         l.services()
             .iter()

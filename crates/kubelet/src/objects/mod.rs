@@ -95,7 +95,17 @@ impl Objects {
             config_maps: ConfigMapManager::new(client.clone(), tasks, stop),
             secrets: SecretManager::new(client.clone(), tasks, stop),
             tokens: TokenManager::new(client.clone(), clock, tasks, stop),
-            services: ServiceLister::new(client.clone(), tasks, stop),
+            services: ServiceLister::new(
+                client.clone().map(|c| {
+                    let compat = services::Compat {
+                        discovery: kubelet_client::discovery::Discovery::new(c.clone()),
+                        metrics: None,
+                    };
+                    (c, compat)
+                }),
+                tasks,
+                stop,
+            ),
             volumes: PersistentVolumeGetter::new(client),
         }
     }

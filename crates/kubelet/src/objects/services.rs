@@ -1,10 +1,19 @@
 //! Every Service of the cluster with a cluster IP, for the service
 //! environment variables (upstream: the kubelet's Service informer,
-//! `serviceLister` and `serviceHasSynced`). One watch of all namespaces with
-//! `fieldSelector=spec.clusterIP!=None` (headless services make no env
-//! vars, upstream issue 122394) into a store; containers needing service env
-//! wait until it has listed once (upstream's "services have not yet been read
-//! at least once, cannot construct envvars").
+//! `serviceLister` and `serviceHasSynced`). One watch of all namespaces into
+//! a store; containers needing service env wait until it has listed once
+//! (upstream's "services have not yet been read at least once, cannot
+//! construct envvars").
+//!
+//! Headless services make no env vars. Apiservers from 1.31 filter them
+//! with `fieldSelector=spec.clusterIP!=None` (kubernetes/kubernetes#123905
+//! added the selector to the apiserver and the kubelet together); older ones
+//! answer that selector with 400 BadRequest, so there the watch lists every
+//! Service and drops headless ones here, as kubelets before 1.31 did. The
+//! form is chosen from the server's version when [`Discovery`] knows it, and
+//! a refusal of the selector switches to the older form whatever the version
+//! said. The choice is logged once and exposed as
+//! `kubelet_apiserver_fallback_info{request="services_list_watch"}`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,10 +24,12 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
+use kubelet_client::discovery::{Discovery, ServerInfo};
+use kubelet_metrics::KubeletMetrics;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::ObjectKey;
 
@@ -41,14 +52,28 @@ pub struct ServiceLister {
     standalone: bool,
 }
 
+/// What the watch reads the apiserver's version from and reports its
+/// choice to.
+#[derive(Clone)]
+pub struct Compat {
+    /// The apiserver's version and groups.
+    pub discovery: Discovery,
+    /// Where the choice is exposed.
+    pub metrics: Option<Arc<KubeletMetrics>>,
+}
+
 impl ServiceLister {
     /// Watches all Services through `client` on `tasks` until `stop`;
     /// `None` (standalone) has no services and counts as synced (upstream).
-    pub fn new(client: Option<Client>, tasks: &TaskTracker, stop: &CancellationToken) -> Self {
+    pub fn new(
+        client: Option<(Client, Compat)>,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> Self {
         let store = Arc::new(Store::default());
         let standalone = client.is_none();
-        if let Some(client) = client {
-            tasks.spawn(run(Api::all(client), store.clone(), stop.clone()));
+        if let Some((client, compat)) = client {
+            tasks.spawn(run(Api::all(client), compat, store.clone(), stop.clone()));
         }
         Self { store, standalone }
     }
@@ -80,23 +105,142 @@ fn key(s: &Service) -> ObjectKey {
     ObjectKey::new(s.namespace().unwrap_or_default(), s.name_any())
 }
 
-/// The informer: list, watch, relist on 410, backoff on errors.
-async fn run(api: Api<Service>, store: Arc<Store>, stop: CancellationToken) {
-    let cfg = watcher::Config::default().fields("spec.clusterIP!=None");
-    let stream = watcher::watcher(api, cfg).default_backoff();
+/// The two forms of the Services list and watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// `fieldSelector=spec.clusterIP!=None` (apiservers 1.31 and newer).
+    ClusterIpSelector,
+    /// Every Service, headless ones dropped here (kubelets before 1.31).
+    AllServices,
+}
+
+impl Form {
+    /// The form for an apiserver: the selector unless it is known to
+    /// predate 1.31.
+    fn for_server(info: Option<&ServerInfo>) -> Self {
+        match info {
+            Some(i) if !i.at_least(1, 31) => Self::AllServices,
+            _ => Self::ClusterIpSelector,
+        }
+    }
+
+    fn choice(self) -> &'static str {
+        match self {
+            Self::ClusterIpSelector => "field_selector_spec_cluster_ip",
+            Self::AllServices => "all_services_headless_dropped_by_kubelet",
+        }
+    }
+
+    fn config(self) -> watcher::Config {
+        match self {
+            Self::ClusterIpSelector => watcher::Config::default().fields("spec.clusterIP!=None"),
+            Self::AllServices => watcher::Config::default(),
+        }
+    }
+}
+
+/// Whether the apiserver refused the `spec.clusterIP` field selector (400
+/// BadRequest: `"spec.clusterIP" is not a known field selector: ...`).
+fn selector_refused(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => {
+            s.code == 400 && s.message.contains("spec.clusterIP")
+        }
+        _ => false,
+    }
+}
+
+/// The apiserver's answer when it refused the request itself (a 4xx), which
+/// retrying will not change by itself.
+fn refusal(e: &watcher::Error) -> Option<u16> {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            if (400..500).contains(&s.code) =>
+        {
+            Some(s.code)
+        }
+        _ => None,
+    }
+}
+
+fn headless(s: &Service) -> bool {
+    s.spec
+        .as_ref()
+        .and_then(|spec| spec.cluster_ip.as_deref())
+        .is_some_and(|ip| ip == "None")
+}
+
+/// How often a refusal that keeps coming is logged again.
+const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The informer: picks the form, then lists and watches until `stop`;
+/// starts over in the older form when the apiserver refuses the selector.
+async fn run(api: Api<Service>, compat: Compat, store: Arc<Store>, stop: CancellationToken) {
+    let info = tokio::select! {
+        () = stop.cancelled() => return,
+        info = async {
+            match compat.discovery.current() {
+                Some(i) => Some(i),
+                None => compat.discovery.refresh().await.ok(),
+            }
+        } => info,
+    };
+    let mut form = Form::for_server(info.as_deref());
+    let mut version = info.map(|i| i.git_version.clone()).unwrap_or_default();
+    loop {
+        if form == Form::AllServices {
+            warn!(server_version = %version,
+                "The apiserver predates the Services spec.clusterIP field selector (1.31): watching every Service and dropping headless ones in the kubelet");
+        } else {
+            debug!(server_version = %version, "Watching Services with fieldSelector=spec.clusterIP!=None");
+        }
+        if let Some(m) = &compat.metrics {
+            m.set_apiserver_fallback("services_list_watch", form.choice(), &version);
+        }
+        match watch(&api, form, &compat, &store, &stop).await {
+            Ended::Stopped => return,
+            Ended::SelectorRefused => {
+                form = Form::AllServices;
+                if let Ok(i) = compat.discovery.refresh().await {
+                    version = i.git_version.clone();
+                }
+            }
+        }
+    }
+}
+
+enum Ended {
+    Stopped,
+    SelectorRefused,
+}
+
+/// One list-and-watch in `form`: relist on 410, backoff on errors.
+async fn watch(
+    api: &Api<Service>,
+    form: Form,
+    compat: &Compat,
+    store: &Store,
+    stop: &CancellationToken,
+) -> Ended {
+    let stream = watcher::watcher(api.clone(), form.config()).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listing: Option<HashMap<ObjectKey, Service>> = None;
     let mut healthy = true;
+    let mut last_refusal: Option<(u16, tokio::time::Instant)> = None;
     loop {
         let ev = tokio::select! {
             biased;
-            () = stop.cancelled() => return,
-            ev = stream.next() => match ev { Some(ev) => ev, None => return },
+            () = stop.cancelled() => return Ended::Stopped,
+            ev = stream.next() => match ev { Some(ev) => ev, None => return Ended::Stopped },
         };
         match ev {
             Ok(Event::Init) => listing = Some(HashMap::new()),
             Ok(Event::InitApply(s)) => {
-                if let Some(l) = listing.as_mut() {
+                if let Some(l) = listing.as_mut()
+                    && !headless(&s)
+                {
                     l.insert(key(&s), s);
                 }
             }
@@ -108,17 +252,38 @@ async fn run(api: Api<Service>, store: Arc<Store>, stop: CancellationToken) {
                     info!(services = n, "Listed services");
                 }
             }
+            Ok(Event::Apply(s)) if headless(&s) => {
+                store.services.lock().remove(&key(&s));
+            }
             Ok(Event::Apply(s)) => {
                 store.services.lock().insert(key(&s), s);
             }
             Ok(Event::Delete(s)) => {
                 store.services.lock().remove(&key(&s));
             }
+            Err(e) if form == Form::ClusterIpSelector && selector_refused(&e) => {
+                warn!(error = %e, "The apiserver refused the Services field selector");
+                return Ended::SelectorRefused;
+            }
             Err(e) => {
-                if healthy {
-                    warn!(error = %e, "Service watch failed; retrying with backoff");
-                } else {
-                    debug!(error = %e, "Service watch still failing");
+                let now = tokio::time::Instant::now();
+                match refusal(&e) {
+                    // A refusal does not go away by waiting: say so, and again
+                    // every few minutes while it lasts.
+                    Some(code)
+                        if last_refusal.is_none_or(|(c, at)| {
+                            c != code || now.duration_since(at) >= REFUSAL_LOG_PERIOD
+                        }) =>
+                    {
+                        error!(error = %e, code,
+                            "The apiserver refuses to list Services; containers needing service environment variables wait; retrying with backoff");
+                        last_refusal = Some((code, now));
+                    }
+                    Some(_) => debug!(error = %e, "Service watch still refused"),
+                    None if healthy => {
+                        warn!(error = %e, "Service watch failed; retrying with backoff")
+                    }
+                    None => debug!(error = %e, "Service watch still failing"),
                 }
                 healthy = false;
                 continue;
@@ -127,6 +292,9 @@ async fn run(api: Api<Service>, store: Arc<Store>, stop: CancellationToken) {
         if !healthy {
             info!("Service watch recovered");
             healthy = true;
+            last_refusal = None;
+            // The apiserver may have been upgraded or rolled back meanwhile.
+            let _ = compat.discovery.refresh().await;
         }
     }
 }
