@@ -544,6 +544,36 @@ impl Suite {
         ))
     }
 
+    /// Where a pod the kubelet did not let go of stands, so that a teardown
+    /// failure names the stage it stopped at: the API object, the kubelet's
+    /// status and whether it saw the pod terminated (deletion confirmation),
+    /// and what is still mounted under its directory (volume tear-down).
+    fn explain_left(&self, name: &str) -> String {
+        let api = self.j.api.get("pods", NS, name);
+        let uid = api
+            .as_ref()
+            .and_then(|p| p["metadata"]["uid"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let api_phase = crate::cluster::phase(api.as_ref())
+            .unwrap_or("-")
+            .to_string();
+        let deleting = api
+            .as_ref()
+            .is_some_and(|p| !p["metadata"]["deletionTimestamp"].is_null());
+        let status = &self.j.node.handle().status;
+        let kubelet_phase = status
+            .get_pod_status(&uid)
+            .and_then(|s| s.phase)
+            .unwrap_or_else(|| "-".into());
+        let mounted = mounts_under(&self.j.node.root_dir().join("pods").join(&uid));
+        format!(
+            "{name} ({uid}): api phase {api_phase}, deletionTimestamp set: {deleting}; kubelet phase {kubelet_phase}, \
+             terminated: {}; mounted under its directory: {mounted:?}",
+            status.is_terminated(&uid)
+        )
+    }
+
     /// Deletes every pod the suite created (grace 1 s, so the kubelet stops
     /// them and confirms), waits (bounded) for the objects to go, checks that
     /// nothing of the kubelet's stays mounted (upstream confirms a deletion
@@ -569,9 +599,13 @@ impl Suite {
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
         if !left.is_empty() {
+            let why: Vec<String> = left.iter().map(|p| self.explain_left(p)).collect();
             self.fail(
                 "teardown",
-                format!("pods not deleted by the kubelet within 60s: {left:?}"),
+                format!(
+                    "pods not deleted by the kubelet within 60s: {left:?}\n  {}",
+                    why.join("\n  ")
+                ),
             );
         }
         let root = self.j.node.root_dir();
