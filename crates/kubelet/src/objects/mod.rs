@@ -155,3 +155,5 @@ pub(crate) async fn with_deadline<T>(
 
 #[cfg(test)]
 mod api_tests;
+#[cfg(test)]
+mod services_tests;
