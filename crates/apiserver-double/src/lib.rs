@@ -41,6 +41,7 @@ pub mod graph;
 pub mod patch;
 pub mod pki;
 pub mod pod;
+pub mod profile;
 pub mod qos;
 pub mod quantity;
 pub mod rest;
@@ -86,6 +87,9 @@ pub enum DoubleError {
     /// Socket.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// A version profile that does not exist (`profile::ENV_VAR` or a parse).
+    #[error("unknown apiserver profile {0:?}: expected \"1.19\" or \"1.35\"")]
+    Profile(String),
 }
 
 /// An injected fault.
@@ -128,9 +132,13 @@ pub struct Options {
     /// volume and mounts, pull secrets from the service account). Upstream
     /// always runs it; off by default here so pods stay as tests wrote them.
     pub service_account_admission: bool,
-    /// Serve RuntimeClasses as a 1.19 apiserver does: `node.k8s.io/v1beta1`
-    /// only (`v1` answers 404). Off: both versions, as 1.20 and later.
+    /// Serve RuntimeClasses in `node.k8s.io/v1beta1` only (`v1` answers
+    /// 404), whatever the profile. Off: as the profile says (1.19:
+    /// `v1beta1` only; 1.35: `v1` only).
     pub runtime_class_v1beta1_only: bool,
+    /// The apiserver release the double behaves as ([`profile`]). The
+    /// default is [`profile::ENV_VAR`] when set, else 1.35.
+    pub profile: profile::Profile,
 }
 
 /// kubeadm's service account issuer (and API audience).
@@ -150,6 +158,7 @@ impl Default for Options {
             api_audiences: vec![DEFAULT_ISSUER.to_string()],
             service_account_admission: false,
             runtime_class_v1beta1_only: false,
+            profile: profile::Profile::from_env_or_default(),
         }
     }
 }
@@ -171,6 +180,19 @@ pub struct Request {
     pub content_type: String,
     /// When it arrived (tokio time: virtual under paused time).
     pub at: tokio::time::Instant,
+}
+
+impl Request {
+    /// The query's keys, in order, each once (values left out).
+    pub fn query_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for (k, _) in form_urlencoded::parse(self.query.as_bytes()) {
+            if !keys.iter().any(|x| *x == k) {
+                keys.push(k.into_owned());
+            }
+        }
+        keys
+    }
 }
 
 /// State shared by connections.
@@ -226,6 +248,8 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts a double on 127.0.0.1 with a fresh CA.
     pub async fn start(options: Options) -> Result<Self, DoubleError> {
+        // A misspelt profile must not silently test the default release.
+        profile::Profile::from_env()?;
         let ca = pki::Ca::new()?;
         let (chain, key) = ca.serving()?;
         let mut roots = rustls::RootCertStore::empty();
@@ -407,7 +431,12 @@ impl ApiServer {
         self.shared.store.lock().list(resource, None)
     }
 
-    /// Requests seen so far.
+    /// The release the double behaves as.
+    pub fn profile(&self) -> profile::Profile {
+        self.shared.options.profile
+    }
+
+    /// Requests seen so far, in arrival order (method, path, query, who).
     pub fn requests(&self) -> Vec<Request> {
         self.shared.log.lock().clone()
     }

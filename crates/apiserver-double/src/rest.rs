@@ -313,16 +313,16 @@ pub async fn handle(
         return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
     let path = req.uri().path().to_string();
-    // A 1.19 apiserver serves node.k8s.io/v1beta1 only; 1.20 to 1.24 both.
+    let profile = shared.options.profile;
+    if let Some(doc) = crate::profile::discovery::serve(profile, &path) {
+        return doc;
+    }
+    // What the profile's release serves (crate::profile::discovery).
     let served = |t: &Target| {
-        t.kind.api_version != "node.k8s.io/v1" || !shared.options.runtime_class_v1beta1_only
+        crate::profile::served(&shared.options, t.kind.api_version, t.kind.resource, &t.sub)
     };
     let Some(t) = parse_path(&path).filter(served) else {
-        return status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "the server could not find the requested resource",
-        );
+        return profile.path_not_found();
     };
     let q = query(&req);
     let watching = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
@@ -355,9 +355,21 @@ pub async fn handle(
         namespace: &t.namespace,
         name,
     };
-    let decision = authorize(&who, &attrs, &shared.store.lock());
+    let selector = q.get("fieldSelector").map(String::as_str).unwrap_or("");
+    let decision = {
+        let store = shared.store.lock();
+        // The release's Node authorizer sees the parsed field selector.
+        let reqs = crate::profile::fields::parse(selector).unwrap_or_default();
+        crate::profile::node::authorize(profile, &who, &attrs, &reqs, &store)
+            .unwrap_or_else(|| authorize(&who, &attrs, &store))
+    };
     if let Decision::Deny(reason) = decision {
         return forbidden(&t, &who, verb, name, &reason);
+    }
+    if matches!(verb, "list" | "watch")
+        && let Err(msg) = crate::profile::fields::check(profile, t.kind.resource, selector)
+    {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", &msg);
     }
     let content_type = req
         .headers()

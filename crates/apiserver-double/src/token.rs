@@ -133,7 +133,7 @@ impl Signer {
         &self.kid
     }
 
-    fn sign(&self, claims: &Value) -> Result<String, TokenError> {
+    pub(crate) fn sign(&self, claims: &Value) -> Result<String, TokenError> {
         let header = json!({"alg": "ES256", "kid": self.kid});
         let signing_input = format!(
             "{}.{}",

@@ -5,6 +5,11 @@
 //!
 //! Clients here are built with kube-rs alone, not with the kubelet's client
 //! code, so tests of that code are not checked by the code itself.
+//!
+//! The double behaves as one apiserver release ([`Profile`]): 1.35 unless
+//! `KUBELET_RS_APISERVER_PROFILE` (`1.19` or `1.35`) names another, so a
+//! whole suite can run against each release; [`Cluster::start_profile`]
+//! pins one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,6 +17,8 @@ pub mod blocking;
 pub mod pods;
 
 use apiserver_double::{ApiServer, Options};
+
+pub use apiserver_double::profile::{ENV_VAR as PROFILE_ENV_VAR, Profile};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -35,7 +42,8 @@ pub async fn client_for(path: &std::path::Path) -> Client {
 }
 
 impl Cluster {
-    /// Starts a double with `options`.
+    /// Starts a double with `options` (their `profile` defaults to
+    /// [`PROFILE_ENV_VAR`], else 1.35).
     pub async fn start(options: Options) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let api = ApiServer::start(options).await.expect("double starts");
@@ -43,6 +51,16 @@ impl Cluster {
             api,
             dir: tempfile::tempdir().expect("tempdir"),
         }
+    }
+
+    /// Starts a double behaving as `profile`, whatever the environment says.
+    pub async fn start_profile(profile: Profile, options: Options) -> Self {
+        Self::start(Options { profile, ..options }).await
+    }
+
+    /// The release the double behaves as.
+    pub fn profile(&self) -> Profile {
+        self.api.profile()
     }
 
     /// A client for `kubernetes-admin` (system:masters).

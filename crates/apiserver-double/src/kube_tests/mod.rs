@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod node;
+mod profile;
+mod profile_admission;
 mod token;
 
 use futures::{StreamExt, TryStreamExt};

@@ -59,6 +59,12 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
             "the server could not find the requested resource",
         );
     }
+    // NodeRestriction as the profile's release runs it.
+    if let Err(r) =
+        crate::profile::node::admit_pod_create(shared, who, t.kind.resource, &name, &obj)
+    {
+        return r;
+    }
     if let Some(node) = who.node_name()
         && t.kind.resource == "pods"
     {
@@ -103,11 +109,17 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
         m.remove("deletionTimestamp");
     }
     obj["metadata"] = meta;
+    crate::profile::decode::drop_unknown_fields(shared.options.profile, t.kind.resource, &mut obj);
     match t.kind.resource {
         "pods" => {
             if shared.options.service_account_admission {
                 crate::controllers::ensure_namespace(&mut store, &k.namespace, ca);
-                if let Err(why) = crate::admission::admit_pod(&store, &t.namespace, &mut obj) {
+                if let Err(why) = crate::profile::service_account::admit_pod(
+                    shared,
+                    &mut store,
+                    &t.namespace,
+                    &mut obj,
+                ) {
                     return status(
                         StatusCode::FORBIDDEN,
                         "Forbidden",
@@ -281,6 +293,7 @@ fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
 
 fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) -> Response<Body> {
     let mut new = new;
+    crate::profile::decode::drop_unknown_fields(shared.options.profile, t.kind.resource, &mut new);
     if t.kind.resource == "certificatesigningrequests" && t.sub == "approval" {
         csr::sign_if_approved(shared, &mut new);
     }
