@@ -1,12 +1,17 @@
 //! What the apiserver does to a Pod on its way into storage: decode with the
 //! v1 codec (typed fields, quantities re-encoded, defaults), then on create
 //! the strategy's `PrepareForCreate` (status reset to Pending with the QoS
-//! class) and `Validate` (upstream `pkg/registry/core/pod/strategy.go`).
+//! class) and `Validate` (upstream `pkg/registry/core/pod/strategy.go`);
+//! on update the pod's `metadata.generation` (1.33+ `updatePodGeneration`)
+//! and the `ephemeralcontainers` subresource's strategy
+//! (`podEphemeralContainersStrategy`).
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::validation::{FieldError, validate_pod_create};
+use crate::validation::{
+    FieldError, validate_pod_create, validate_pod_ephemeral_containers_update,
+};
 use crate::{defaults, qos};
 
 /// Why a pod write is refused.
@@ -41,8 +46,10 @@ pub fn encode(pod: &Pod) -> Value {
     v
 }
 
-/// Upstream `PrepareForCreate`: the status a new pod starts with.
+/// Upstream `PrepareForCreate`: the status a new pod starts with, and
+/// generation 1 (1.33+).
 pub fn prepare_for_create(pod: &mut Pod) {
+    pod.metadata.generation = Some(1);
     pod.status = Some(PodStatus {
         phase: Some("Pending".into()),
         qos_class: Some(qos::pod_qos(pod).as_str().into()),
@@ -68,6 +75,80 @@ pub fn on_update(obj: &mut Value) -> Result<(), String> {
     let pod = decode(obj)?;
     *obj = encode(&pod);
     Ok(())
+}
+
+/// Upstream `updatePodGeneration`: the stored generation, plus one when
+/// the spec changed (a client cannot set it).
+pub fn update_generation(old: &Value, new: &mut Value) {
+    let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64);
+    let changed = old.get("spec") != new.get("spec");
+    let generation = if changed {
+        Some(old_gen.unwrap_or(0) + 1)
+    } else {
+        old_gen
+    };
+    match (generation, new["metadata"].as_object_mut()) {
+        (Some(g), Some(m)) => {
+            m.insert("generation".into(), json!(g));
+        }
+        (None, Some(m)) => {
+            m.remove("generation");
+        }
+        _ => {}
+    }
+}
+
+/// Upstream `dropNonEphemeralContainerUpdates`: a write through the
+/// `ephemeralcontainers` subresource changes the stored pod's
+/// `spec.ephemeralContainers` and nothing else.
+pub fn drop_non_ephemeral_container_updates(old: &Value, new: &Value) -> Value {
+    let mut out = old.clone();
+    let ecs = new
+        .pointer("/spec/ephemeralContainers")
+        .filter(|v| !v.is_null())
+        .cloned();
+    if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+        match ecs {
+            Some(v) => {
+                spec.insert("ephemeralContainers".into(), v);
+            }
+            None => {
+                spec.remove("ephemeralContainers");
+            }
+        }
+    }
+    out
+}
+
+/// The update validation of the `ephemeralcontainers` subresource
+/// (`ValidatePodEphemeralContainersUpdate`) on stored JSON.
+pub fn validate_ephemeral_update(old: &Value, new: &Value) -> Result<(), Rejected> {
+    let old = decode(old).map_err(Rejected::Decode)?;
+    let new = decode(new).map_err(Rejected::Decode)?;
+    let errs = validate_pod_ephemeral_containers_update(&new, &old);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejected::Invalid(errs))
+    }
+}
+
+/// Upstream `ValidatePodUpdate`, for the one field the double checks: the
+/// pod itself may not change `spec.ephemeralContainers` (only the
+/// subresource may).
+pub fn validate_update(old: &Value, new: &Value) -> Result<(), Rejected> {
+    let ecs = |v: &Value| {
+        v.pointer("/spec/ephemeralContainers")
+            .filter(|e| !e.is_null() && e.as_array().is_none_or(|a| !a.is_empty()))
+            .cloned()
+    };
+    if ecs(old) == ecs(new) {
+        return Ok(());
+    }
+    Err(Rejected::Invalid(vec![FieldError::forbidden(
+        "spec",
+        "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+    )]))
 }
 
 #[cfg(test)]

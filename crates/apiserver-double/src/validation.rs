@@ -10,12 +10,14 @@
 //! Where messages changed between releases, the newest wording is used.
 
 mod container;
+mod ephemeral;
 
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume};
 
 pub use crate::field::{FieldError, aggregate, causes};
+pub use ephemeral::validate_pod_ephemeral_containers_update;
 use crate::field::{dns1123_label, dns1123_subdomain, supported};
 
 /// The annotation a mirror pod carries (`v1.MirrorPodAnnotationKey`).

@@ -253,6 +253,9 @@ fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
             | "namespaces"
     );
     match t.sub.as_str() {
+        "ephemeralcontainers" if t.kind.resource == "pods" => {
+            crate::pod::drop_non_ephemeral_container_updates(old, &new)
+        }
         "status" | "approval" => {
             let mut out = old.clone();
             if t.sub == "approval" {
@@ -302,6 +305,11 @@ fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) ->
     {
         return invalid_fields(t, &t.name, &errs);
     }
+    if t.kind.resource == "pods"
+        && let Err(r) = pod_update(t, old, &mut new)
+    {
+        return r;
+    }
     if new == *old {
         // A no-op write keeps the resourceVersion and sends no event.
         return respond(StatusCode::OK, &with_type(t.kind, new));
@@ -310,6 +318,23 @@ fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) ->
     let stored = store.put(k.clone(), new);
     crate::controllers::reconcile(&mut store, &k, &shared.ca.cert_pem);
     respond(StatusCode::OK, &with_type(t.kind, stored))
+}
+
+/// The pod strategy on update: the main resource may not touch ephemeral
+/// containers, the `ephemeralcontainers` subresource is validated as
+/// upstream's, and spec changes move the generation.
+fn pod_update(t: &Target, old: &Value, new: &mut Value) -> Result<(), Response<Body>> {
+    let checked = match t.sub.as_str() {
+        "" => crate::pod::validate_update(old, new),
+        "ephemeralcontainers" => crate::pod::validate_ephemeral_update(old, new),
+        _ => Ok(()),
+    };
+    checked.map_err(|e| match e {
+        crate::pod::Rejected::Decode(m) => status(StatusCode::BAD_REQUEST, "BadRequest", &m),
+        crate::pod::Rejected::Invalid(errs) => invalid_fields(t, &t.name, &errs),
+    })?;
+    crate::pod::update_generation(old, new);
+    Ok(())
 }
 
 pub(super) fn update(shared: &Shared, t: &Target, body: &[u8]) -> Response<Body> {

@@ -137,7 +137,7 @@ pub(super) fn validate_init_containers(
 }
 
 /// Upstream `validateContainerCommon` (and `validateContainerOnlyForPod`).
-fn validate_container_common(
+pub(super) fn validate_container_common(
     c: &Container,
     path: &str,
     volumes: &HashSet<&str>,
