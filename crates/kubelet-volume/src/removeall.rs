@@ -5,12 +5,26 @@
 //! directory (a subPath bind mount of a hostPath, a local PV) and deletes
 //! the host's files. Here nothing is removed when anything is mounted at or
 //! under the directory (`/proc/self/mountinfo`, which also sees bind mounts
-//! of the same file system), and the walk itself refuses anything on
-//! another device (`st_dev`), should a mount appear meanwhile. Symlinks are
-//! removed, never followed. All of it is blocking.
+//! of the same file system). Should a mount or a symlink appear meanwhile,
+//! the walk still never crosses it: it goes by file descriptor, opening each
+//! child directory relative to its parent with `openat2(RESOLVE_NO_XDEV |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH)` (any mount point, a same-file-system
+//! bind mount included, is refused with `EXDEV`), reading entries from the
+//! descriptor and removing them with `unlinkat` relative to it. Without
+//! `openat2` (kernels before 5.6) a child is opened `O_NOFOLLOW` and refused
+//! when its mount id differs from its parent's. Symlinks are removed, never
+//! followed. All of it is blocking.
 
-use std::os::unix::fs::MetadataExt;
+use std::ffi::{CStr, OsStr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
 
 use crate::{Error, Result};
 
@@ -34,9 +48,9 @@ fn remove_tree(path: &Path, dirs_only: bool) -> Result<()> {
         r => r.map_err(Error::io("lstat", path))?,
     };
     if !md.is_dir() {
-        return remove_leaf(path, dirs_only);
+        return remove_leaf_path(path, dirs_only);
     }
-    // Walk the canonical path: mountinfo lists canonical mount points.
+    // Check the canonical path: mountinfo lists canonical mount points.
     let root = std::fs::canonicalize(path).map_err(Error::io("resolve", path))?;
     let left = crate::mount::mounts_under_blocking(&root)?;
     if !left.is_empty() {
@@ -49,47 +63,160 @@ fn remove_tree(path: &Path, dirs_only: bool) -> Result<()> {
                 .join(", ")
         )));
     }
-    walk(&root, md.dev(), dirs_only)
+    walk(&root, dirs_only)
 }
 
-fn walk(path: &Path, dev: u64, dirs_only: bool) -> Result<()> {
-    let md = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        r => r.map_err(Error::io("lstat", path))?,
+/// Removes the directory `root` (already resolved, not a symlink) and
+/// everything below it by descriptor, refusing any mount crossing.
+fn walk(root: &Path, dirs_only: bool) -> Result<()> {
+    let fd = match nix::fcntl::open(
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Err(Errno::ENOENT) => return Ok(()),
+        r => r.map_err(mount_err("open", root))?,
     };
-    if md.dev() != dev {
-        return Err(Error::Invalid(format!(
-            "cannot delete {}: it is on another file system",
-            path.display()
-        )));
-    }
-    if !md.is_dir() {
-        return remove_leaf(path, dirs_only);
-    }
-    let entries = match std::fs::read_dir(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        r => r.map_err(Error::io("read directory", path))?,
-    };
-    for entry in entries {
-        let entry = entry.map_err(Error::io("read directory", path))?;
-        walk(&entry.path(), dev, dirs_only)?;
-    }
-    match std::fs::remove_dir(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
+    clear_dir(fd, root, dirs_only)?;
+    match std::fs::remove_dir(root) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", root)(e)),
         _ => Ok(()),
     }
 }
 
-fn remove_leaf(path: &Path, dirs_only: bool) -> Result<()> {
-    if dirs_only {
-        return Err(Error::Invalid(format!(
-            "cannot remove {}: not a directory",
+/// Removes everything in the directory open at `fd` (`path` names it in
+/// errors), never leaving its mount.
+fn clear_dir(fd: OwnedFd, path: &Path, dirs_only: bool) -> Result<()> {
+    let mut dir = Dir::from_fd(fd).map_err(mount_err("open directory", path))?;
+    let mut entries = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry.map_err(mount_err("read directory", path))?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        entries.push((name.to_owned(), entry.file_type()));
+    }
+    for (name, kind) in entries {
+        let child = path.join(OsStr::from_bytes(name.to_bytes()));
+        remove_entry(&dir, &name, &child, kind, dirs_only)?;
+    }
+    Ok(())
+}
+
+/// Removes the entry `name` of the directory `parent`. `kind` is only a
+/// hint (what `readdir` said); the entry may have changed since, so every
+/// step is relative to `parent` and checked again.
+fn remove_entry(
+    parent: &Dir,
+    name: &CStr,
+    path: &Path,
+    kind: Option<Type>,
+    dirs_only: bool,
+) -> Result<()> {
+    if !dirs_only && matches!(kind, Some(k) if k != Type::Directory) {
+        match unlink_leaf(parent, name, path) {
+            // A directory took its place: remove it as one.
+            Err(Error::Mount {
+                source: Errno::EISDIR,
+                ..
+            }) => {}
+            r => return r,
+        }
+    }
+    match open_child_dir(parent, name) {
+        Ok(fd) => {
+            clear_dir(fd, path, dirs_only)?;
+            match nix::unistd::unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
+                Err(Errno::ENOENT) => Ok(()),
+                r => r.map_err(mount_err("remove", path)),
+            }
+        }
+        Err(Errno::ENOENT) => Ok(()),
+        // Not a directory, or a symlink (never followed): remove the entry
+        // itself, which for a symlink is the link.
+        Err(Errno::ENOTDIR | Errno::ELOOP) if dirs_only => Err(not_a_directory(path)),
+        Err(Errno::ENOTDIR | Errno::ELOOP) => unlink_leaf(parent, name, path),
+        Err(Errno::EXDEV) => Err(Error::Invalid(format!(
+            "cannot delete {}: it is a mount point or on another file system",
             path.display()
-        )));
+        ))),
+        Err(e) => Err(mount_err("open", path)(e)),
+    }
+}
+
+fn unlink_leaf(parent: &Dir, name: &CStr, path: &Path) -> Result<()> {
+    match nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
+        Err(Errno::ENOENT) => Ok(()),
+        r => r.map_err(mount_err("remove", path)),
+    }
+}
+
+/// Opens the directory `name` of `parent` without following a symlink and
+/// without crossing into a mount (`EXDEV`), a bind mount of the same file
+/// system included.
+fn open_child_dir(parent: &impl AsFd, name: &CStr) -> std::result::Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_NO_XDEV
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_BENEATH,
+        );
+    match nix::fcntl::openat2(parent.as_fd(), name, how) {
+        // No openat2 here (or a seccomp profile refusing it).
+        Err(Errno::ENOSYS | Errno::EPERM) => open_child_dir_fallback(parent, name),
+        r => r,
+    }
+}
+
+/// [`open_child_dir`] without `openat2`: `O_NOFOLLOW`, then the child's
+/// mount id (`/proc/self/fdinfo`) must be its parent's.
+fn open_child_dir_fallback(parent: &impl AsFd, name: &CStr) -> std::result::Result<OwnedFd, Errno> {
+    let fd = nix::fcntl::openat(
+        parent.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    if mount_id(&fd)? != mount_id(parent)? {
+        return Err(Errno::EXDEV);
+    }
+    Ok(fd)
+}
+
+/// The mount id of the file open at `fd` (`mnt_id:` in
+/// `/proc/self/fdinfo/<fd>`, Linux 3.15+). Unreadable is an error: the
+/// caller then refuses to descend.
+fn mount_id(fd: &impl AsFd) -> std::result::Result<u64, Errno> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_fd().as_raw_fd()))
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EIO as i32)))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or(Errno::EXDEV)
+}
+
+fn remove_leaf_path(path: &Path, dirs_only: bool) -> Result<()> {
+    if dirs_only {
+        return Err(not_a_directory(path));
     }
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
         _ => Ok(()),
+    }
+}
+
+fn not_a_directory(path: &Path) -> Error {
+    Error::Invalid(format!("cannot remove {}: not a directory", path.display()))
+}
+
+fn mount_err(context: &'static str, path: &Path) -> impl FnOnce(Errno) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Mount {
+        context,
+        path,
+        source,
     }
 }
 
@@ -146,5 +273,80 @@ mod tests {
         assert!(dir.join("etc-hosts").exists(), "nothing removed at all");
         remove_all_one_filesystem_blocking(&dir).expect("removed once unmounted");
         assert!(!dir.exists());
+    }
+
+    /// A same-file-system bind mount that appears after the mountinfo check
+    /// (the hostPath subPath case): the walk refuses it and nothing of the
+    /// bind's source goes. `st_dev` alone cannot tell it apart.
+    #[test]
+    fn the_walk_refuses_a_bind_mount_of_the_same_file_system() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let host = tmp.path().join("host");
+        std::fs::create_dir_all(host.join("sub")).expect("mkdir");
+        std::fs::write(host.join("data"), b"precious").expect("write");
+        std::fs::write(host.join("sub/more"), b"precious").expect("write");
+        let dir = tmp.path().join("pod");
+        let target = dir.join("volume-subpaths/v/c/0");
+        std::fs::create_dir_all(&target).expect("mkdir");
+        crate::mount::bind_mount_blocking(&host, &target, false).expect("bind");
+        let root = std::fs::canonicalize(&dir).expect("canonical");
+        let r = walk(&root, false);
+        let unmounted = crate::mount::unmount_blocking(&target);
+        let e = r.expect_err("a mount point");
+        unmounted.expect("unmount");
+        assert!(e.to_string().contains("mount point"), "{e}");
+        assert_eq!(std::fs::read(host.join("data")).expect("kept"), b"precious");
+        assert_eq!(
+            std::fs::read(host.join("sub/more")).expect("kept"),
+            b"precious"
+        );
+        walk(&root, false).expect("removed once unmounted");
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn the_fallback_refuses_a_bind_mount_too() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let host = tmp.path().join("host");
+        let dir = tmp.path().join("pod");
+        std::fs::create_dir(&host).expect("mkdir");
+        std::fs::create_dir_all(dir.join("m")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("plain")).expect("mkdir");
+        crate::mount::bind_mount_blocking(&host, &dir.join("m"), false).expect("bind");
+        let parent = std::fs::File::open(&dir).expect("open");
+        let m = open_child_dir_fallback(&parent, c"m");
+        let plain = open_child_dir_fallback(&parent, c"plain");
+        crate::mount::unmount_blocking(&dir.join("m")).expect("unmount");
+        assert_eq!(m.err(), Some(Errno::EXDEV));
+        plain.expect("same mount");
+        open_child_dir_fallback(&parent, c"m").expect("unmounted");
+    }
+
+    /// A directory swapped for a symlink after `readdir` said "directory":
+    /// the link goes, its target stays.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_removed_as_a_link() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(outside.join("keep"), b"host").expect("write");
+        let dir = tmp.path().join("pod");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, dir.join("d")).expect("symlink");
+        let parent = Dir::open(
+            &dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open");
+        remove_entry(&parent, c"d", &dir.join("d"), Some(Type::Directory), false)
+            .expect("link removed");
+        assert!(std::fs::symlink_metadata(dir.join("d")).is_err());
+        assert_eq!(std::fs::read(outside.join("keep")).expect("kept"), b"host");
+        std::os::unix::fs::symlink(&outside, dir.join("d")).expect("symlink");
+        let e = remove_entry(&parent, c"d", &dir.join("d"), Some(Type::Directory), true)
+            .expect_err("dirs only");
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        assert_eq!(std::fs::read(outside.join("keep")).expect("kept"), b"host");
     }
 }
