@@ -34,6 +34,9 @@ pub use limits::{HANDSHAKE_TIMEOUT, ServeLimits};
 /// How long open connections get to finish after the stop token fires
 /// before they are cut (follows and exec sessions would never end).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle HTTP/2 connection shed for a new client gets to take
+/// its GOAWAY (its place already went to the new client).
+const SHED_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The client certificate chain the peer presented (leaf first), as the TLS
 /// layer received it; not yet verified against any CA.
@@ -105,7 +108,7 @@ pub async fn serve_tls_with(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let sessions = Sessions::new(tracker.clone(), stop.clone());
-    let table = ConnTable::new(limits.max_connections);
+    let table = ConnTable::new(limits);
     accept_loop(listener, stop.clone(), table, |tcp, peer| {
         let acceptor = acceptor.clone();
         let router = router.clone();
@@ -168,7 +171,7 @@ pub async fn serve_plain_with(
     limits: ServeLimits,
 ) {
     let sessions = Sessions::new(tracker.clone(), stop.clone());
-    let table = ConnTable::new(limits.max_connections);
+    let table = ConnTable::new(limits);
     accept_loop(listener, stop.clone(), table, |tcp, peer| {
         let client = Client {
             peer,
@@ -199,10 +202,12 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
                     let _ = tcp.set_nodelay(true);
-                    // At the cap, the client waits here, in the backlog
-                    // behind it, until a place is free.
-                    let Some(slot) = table.admit(&stop).await else { return };
-                    spawn(TrackedIo::new(tcp, slot), peer);
+                    // At a cap with no connection to give way, the new one
+                    // is closed at once: the loop never waits for a place.
+                    match table.admit(peer.ip()) {
+                        Some(slot) => spawn(TrackedIo::new(tcp, slot), peer),
+                        None => tracing::debug!(%peer, "connection limit reached: refused"),
+                    }
                 }
                 Err(e) => {
                     // Out of descriptors and the like: back off, as Go's
@@ -292,12 +297,17 @@ async fn connection<S>(
             () = stop.cancelled() => break,
             () = state.shed.cancelled() => {
                 tracing::debug!(%peer, "connection closed for a new client");
+                if state.idle_h2() {
+                    // Tell an HTTP/2 client with GOAWAY, briefly.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(SHED_DRAIN_TIMEOUT, conn).await;
+                }
                 return;
             }
             () = state.changed.notified() => {}
             () = expired => {
                 if state.deadline(&limits).is_some_and(|at| at <= tokio::time::Instant::now()) {
-                    tracing::debug!(%peer, "connection closed: no request in time");
+                    tracing::debug!(%peer, "connection closed: no request or write progress in time");
                     if state.idle_h2() {
                         // Tell an HTTP/2 client with GOAWAY.
                         conn.as_mut().graceful_shutdown();

@@ -9,19 +9,28 @@
 //! connection's clock: a new connection must bring a request head within
 //! the header timeout; a kept-alive one may wait the idle timeout for its
 //! next request, then has the header timeout from that request's first byte
-//! (Go's `IdleTimeout` then `ReadHeaderTimeout`). At the cap, a new client
-//! takes the place of the oldest connection that has no request in flight,
-//! one that never sent a request first; only when every connection is busy
-//! does the new client wait for a place.
+//! (Go's `IdleTimeout` then `ReadHeaderTimeout`). A response the client
+//! does not take (it reads nothing, or announces a zero HTTP/2 window) is a
+//! write stall: the clock runs while a response is owed to the client, not
+//! while its body waits on its source (a quiet log follow), and restarts
+//! with every byte written. A connection stalled for the write-stall
+//! timeout may be shed, and it is cut at the write timeout (upstream bounds
+//! writes with `WriteTimeout`, 4 h). At the cap, a new client takes the
+//! place of a connection that never sent a request, else of the one
+//! stalled longest, else of the one idle longest; with no such connection the
+//! new client is closed at once, and the accept loop never waits. One
+//! address holds at most `max_connections_per_ip` places (upgraded sessions
+//! included, which are never cut for want of writes); past that, its own
+//! sheddable connections give way, or the new one is closed.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -41,6 +50,14 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Open connections per port, upgraded sessions included.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections per port from one address.
+pub const MAX_CONNECTIONS_PER_IP: usize = MAX_CONNECTIONS / 8;
+/// How long a response may go without write progress before its
+/// connection may give its place to a new client.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a response may go without write progress before its
+/// connection is cut.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// hyper refuses a smaller HTTP/1 read buffer.
 const MIN_BUF_SIZE: usize = 8192;
@@ -58,6 +75,12 @@ pub struct ServeLimits {
     pub max_header_bytes: usize,
     /// Open connections at most.
     pub max_connections: usize,
+    /// Open connections from one address at most.
+    pub max_connections_per_ip: usize,
+    /// Write stall after which a connection may be shed at the cap.
+    pub write_stall_timeout: Duration,
+    /// Write stall after which a connection is cut.
+    pub write_timeout: Duration,
 }
 
 impl Default for ServeLimits {
@@ -68,6 +91,9 @@ impl Default for ServeLimits {
             idle_timeout: IDLE_TIMEOUT,
             max_header_bytes: MAX_HEADER_BYTES,
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
+            write_stall_timeout: WRITE_STALL_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
         }
     }
 }
@@ -114,6 +140,12 @@ struct State {
     idle_since: Instant,
     /// The first byte read since then.
     first_byte: Option<Instant>,
+    /// Responses handed to hyper whose bodies are not waiting on their
+    /// source: the client owes us progress.
+    owed: usize,
+    /// The last write progress while a response is owed (or when one
+    /// became owed).
+    progress: Instant,
 }
 
 impl Conn {
@@ -126,6 +158,8 @@ impl Conn {
                 upgraded: false,
                 idle_since: Instant::now(),
                 first_byte: None,
+                owed: 0,
+                progress: Instant::now(),
             }),
             changed: Notify::new(),
             shed: CancellationToken::new(),
@@ -148,7 +182,10 @@ impl Conn {
         s.h2 |= version == http::Version::HTTP_2;
         drop(s);
         self.changed.notify_one();
-        RequestGuard(self.clone())
+        RequestGuard {
+            conn: self.clone(),
+            owed: false,
+        }
     }
 
     /// The connection was upgraded: its session has no HTTP deadline.
@@ -177,10 +214,41 @@ impl Conn {
         }
     }
 
-    /// When the connection is cut unless a request arrives; `None` while a
-    /// request is in flight or the connection was upgraded.
+    /// A response starts or stops being owed to the client.
+    fn owe(&self, owed: bool) {
+        let mut s = self.state.lock();
+        if owed {
+            s.owed += 1;
+            if s.owed == 1 {
+                s.progress = Instant::now();
+                drop(s);
+                self.changed.notify_one();
+            }
+        } else {
+            s.owed = s.owed.saturating_sub(1);
+        }
+    }
+
+    fn wrote(&self) {
+        let mut s = self.state.lock();
+        if s.owed > 0 {
+            s.progress = Instant::now();
+        }
+    }
+
+    /// Since when a response owed to the client has made no progress.
+    fn stalled_since(s: &State) -> Option<Instant> {
+        (s.in_flight > 0 && s.owed > 0 && !s.upgraded).then_some(s.progress)
+    }
+
+    /// When the connection is cut: unless a request arrives, while none is
+    /// in flight; unless a write makes progress, while a response is owed;
+    /// `None` otherwise and once the connection was upgraded.
     pub(crate) fn deadline(&self, limits: &ServeLimits) -> Option<Instant> {
         let s = self.state.lock();
+        if let Some(since) = Self::stalled_since(&s) {
+            return Some(since + limits.write_timeout);
+        }
         if s.in_flight > 0 || s.upgraded {
             return None;
         }
@@ -200,79 +268,130 @@ impl Conn {
         s.h2 && s.served && s.in_flight == 0
     }
 
-    /// The order in which connections give their place: `None` when busy,
-    /// else never-served connections before kept-alive ones, oldest first.
-    fn shed_rank(&self) -> Option<(bool, Instant)> {
+    /// The order in which connections give their place (lowest first):
+    /// never-served connections, then ones stalled past `stall` on a
+    /// write, then kept-alive idle ones, each oldest first; `None` for the
+    /// rest (busy, upgraded, or already shed).
+    fn shed_rank(&self, stall: Duration, now: Instant) -> Option<(u8, Instant)> {
+        if self.shed.is_cancelled() {
+            return None;
+        }
         let s = self.state.lock();
-        (s.in_flight == 0 && !s.upgraded && !self.shed.is_cancelled())
-            .then_some((s.served, s.idle_since))
+        if s.upgraded {
+            return None;
+        }
+        if s.in_flight == 0 {
+            return Some((if s.served { 2 } else { 0 }, s.idle_since));
+        }
+        Self::stalled_since(&s)
+            .filter(|since| now.saturating_duration_since(*since) >= stall)
+            .map(|since| (1, since))
     }
 }
 
-/// Ends a request when dropped (with its response body).
+/// Ends a request when dropped (with its response body), and tells the
+/// connection whether its response is owed to the client.
 #[derive(Debug)]
-pub(crate) struct RequestGuard(Arc<Conn>);
+pub(crate) struct RequestGuard {
+    conn: Arc<Conn>,
+    owed: bool,
+}
+
+impl RequestGuard {
+    fn owe(&mut self, owed: bool) {
+        if self.owed != owed {
+            self.owed = owed;
+            self.conn.owe(owed);
+        }
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        self.0.end();
+        self.owe(false);
+        self.conn.end();
     }
 }
 
 /// The open connections of one listener.
 #[derive(Debug)]
 pub(crate) struct ConnTable {
-    max: usize,
-    conns: Mutex<(u64, HashMap<u64, Arc<Conn>>)>,
-    freed: Notify,
+    limits: ServeLimits,
+    conns: Mutex<Conns>,
+}
+
+#[derive(Debug, Default)]
+struct Conns {
+    next: u64,
+    by_id: HashMap<u64, (IpAddr, Arc<Conn>)>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl Conns {
+    fn remove(&mut self, id: u64) {
+        if let Some((ip, _)) = self.by_id.remove(&id)
+            && let Some(n) = self.per_ip.get_mut(&ip)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+    }
+
+    /// The most sheddable connection, among those of `ip` if given.
+    fn victim(&self, ip: Option<IpAddr>, stall: Duration) -> Option<u64> {
+        let now = Instant::now();
+        self.by_id
+            .iter()
+            .filter(|(_, (at, _))| ip.is_none_or(|ip| ip == *at))
+            .filter_map(|(id, (_, c))| c.shed_rank(stall, now).map(|r| (r, *id)))
+            .min()
+            .map(|(_, id)| id)
+    }
 }
 
 impl ConnTable {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
+    pub(crate) fn new(limits: ServeLimits) -> Arc<Self> {
         Arc::new(Self {
-            max: max.max(1),
-            conns: Mutex::new((0, HashMap::new())),
-            freed: Notify::new(),
+            limits,
+            conns: Mutex::new(Conns::default()),
         })
     }
 
-    /// A place for a new connection: at once below the cap; else after the
-    /// most sheddable connection gave its place; else once one ends.
-    /// `None` when `stop` fires first.
-    pub(crate) async fn admit(self: &Arc<Self>, stop: &CancellationToken) -> Option<Slot> {
-        loop {
-            let victim = {
-                let mut guard = self.conns.lock();
-                let (next, conns) = &mut *guard;
-                if conns.len() < self.max {
-                    let id = *next;
-                    *next += 1;
-                    let conn = Arc::new(Conn::new());
-                    conns.insert(id, conn.clone());
-                    return Some(Slot {
-                        table: self.clone(),
-                        id,
-                        conn,
-                    });
-                }
-                conns
-                    .values()
-                    .filter_map(|c| c.shed_rank().map(|r| (r, c.clone())))
-                    .min_by_key(|(r, _)| *r)
-                    .map(|(_, c)| c)
-            };
-            if let Some(victim) = victim {
-                tracing::debug!("connection limit reached: closing an idle connection");
-                victim.shed.cancel();
-            }
-            // A connection that becomes idle can be shed: look again now
-            // and then, not only when one ends.
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                () = self.freed.notified() => {}
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
+    /// A place for a new connection from `ip`, never waiting: at once
+    /// below the caps; else in the place of the most sheddable connection
+    /// (of `ip`, when it is `ip`'s cap that is reached), which is told to
+    /// close and no longer counts; `None` when no connection can give way.
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let mut c = self.conns.lock();
+        let stall = self.limits.write_stall_timeout;
+        let of_ip = c.per_ip.get(&ip).copied().unwrap_or(0);
+        if of_ip >= self.limits.max_connections_per_ip.max(1) {
+            let id = c.victim(Some(ip), stall)?;
+            self.shed(&mut c, id);
+        } else if c.by_id.len() >= self.limits.max_connections.max(1) {
+            let id = c.victim(None, stall)?;
+            self.shed(&mut c, id);
         }
+        let id = c.next;
+        c.next += 1;
+        let conn = Arc::new(Conn::new());
+        c.by_id.insert(id, (ip, conn.clone()));
+        *c.per_ip.entry(ip).or_insert(0) += 1;
+        Some(Slot {
+            table: self.clone(),
+            id,
+            conn,
+        })
+    }
+
+    fn shed(&self, c: &mut Conns, id: u64) {
+        if let Some((_, victim)) = c.by_id.get(&id) {
+            tracing::debug!("connection limit reached: closing an idle or stalled connection");
+            victim.shed.cancel();
+        }
+        c.remove(id);
     }
 }
 
@@ -286,8 +405,7 @@ pub(crate) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.table.conns.lock().1.remove(&self.id);
-        self.table.freed.notify_one();
+        self.table.conns.lock().remove(self.id);
     }
 }
 
@@ -331,7 +449,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let res = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.slot.conn.wrote();
+        }
+        res
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -347,7 +469,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let res = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.slot.conn.wrote();
+        }
+        res
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -356,10 +482,37 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
 }
 
 /// A response body that ends its request when it is dropped (sent, or
-/// abandoned with its connection).
-pub(crate) fn guarded(body: axum::body::Body, guard: RequestGuard) -> axum::body::Body {
-    axum::body::Body::new(body.map_frame(move |frame: hyper::body::Frame<Bytes>| {
-        let _held = &guard;
-        frame
-    }))
+/// abandoned with its connection). From its hand-over the response is owed
+/// to the client, except while the body waits on its source.
+pub(crate) fn guarded(body: axum::body::Body, mut guard: RequestGuard) -> axum::body::Body {
+    guard.owe(true);
+    axum::body::Body::new(Guarded { body, guard })
+}
+
+struct Guarded {
+    body: axum::body::Body,
+    guard: RequestGuard,
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        let res = Pin::new(&mut self.body).poll_frame(cx);
+        // Pending: the body waits on its source, not on the client.
+        self.guard.owe(res.is_ready());
+        res
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }

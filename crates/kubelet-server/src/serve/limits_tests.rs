@@ -21,14 +21,32 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::limits::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT};
+use super::limits::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, WRITE_STALL_TIMEOUT};
 use super::*;
+use futures::StreamExt;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 /// Longer than any deadline of the default limits.
 const LONG: Duration = Duration::from_secs(600);
 
-fn router(hold: Arc<Semaphore>) -> Router {
+/// `/hold` answers once `gate` has a permit; each arrival adds one to
+/// `arrived`.
+#[derive(Clone)]
+struct Hold {
+    gate: Arc<Semaphore>,
+    arrived: Arc<Semaphore>,
+}
+
+impl Hold {
+    fn new() -> Self {
+        Self {
+            gate: Arc::new(Semaphore::new(0)),
+            arrived: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+fn router(hold: Hold) -> Router {
     Router::new()
         .route("/ping", get(|| async { "pong" }))
         .route(
@@ -36,14 +54,25 @@ fn router(hold: Arc<Semaphore>) -> Router {
             get(move || {
                 let hold = hold.clone();
                 async move {
-                    let _permit = hold.acquire().await;
+                    hold.arrived.add_permits(1);
+                    let _permit = hold.gate.acquire().await;
                     "held"
                 }
             }),
         )
+        .route(
+            "/big",
+            get(|| async {
+                // Endless: more than any socket buffer holds.
+                let chunk = Bytes::from(vec![0u8; 1 << 16]);
+                axum::body::Body::from_stream(
+                    futures::stream::repeat(chunk).map(Ok::<_, std::convert::Infallible>),
+                )
+            }),
+        )
 }
 
-async fn plain(limits: ServeLimits, hold: Arc<Semaphore>) -> (SocketAddr, CancellationToken) {
+async fn plain(limits: ServeLimits, hold: Hold) -> (SocketAddr, CancellationToken) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
@@ -107,7 +136,7 @@ fn assert_near(elapsed: Duration, expected: Duration) {
 
 #[tokio::test(start_paused = true)]
 async fn a_trickling_client_is_cut_off_at_the_header_timeout() {
-    let (addr, _stop) = plain(ServeLimits::default(), Arc::new(Semaphore::new(0))).await;
+    let (addr, _stop) = plain(ServeLimits::default(), Hold::new()).await;
     let start = Instant::now();
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let (mut rd, mut wr) = s.split();
@@ -138,7 +167,7 @@ async fn a_trickling_client_is_cut_off_at_the_header_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_client_is_cut_off_at_the_header_timeout_and_a_kept_alive_one_after_idling() {
-    let (addr, _stop) = plain(ServeLimits::default(), Arc::new(Semaphore::new(0))).await;
+    let (addr, _stop) = plain(ServeLimits::default(), Hold::new()).await;
     let start = Instant::now();
     let mut silent = TcpStream::connect(addr).await.expect("connect");
     assert_near(closed(&mut silent).await - start, HEADER_READ_TIMEOUT);
@@ -174,7 +203,7 @@ async fn the_tls_handshake_and_the_first_request_have_deadlines() {
     tokio::spawn(serve_tls(
         listener,
         Arc::new(cfg),
-        router(Arc::new(Semaphore::new(0))),
+        router(Hold::new()),
         stop.clone(),
         TaskTracker::new(),
     ));
@@ -220,7 +249,7 @@ async fn at_the_cap_a_new_client_takes_the_place_of_one_without_a_request() {
         max_connections: 3,
         ..ServeLimits::default()
     };
-    let (addr, _stop) = plain(limits, Arc::new(Semaphore::new(0))).await;
+    let (addr, _stop) = plain(limits, Hold::new()).await;
     let mut attackers = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(addr).await.expect("connect");
@@ -260,36 +289,139 @@ async fn at_the_cap_a_new_client_takes_the_place_of_one_without_a_request() {
     }
 }
 
+/// Connects from `ip` (any address of the loopback network) to `addr`.
+async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(SocketAddr::from((ip, 0))).expect("bind");
+    sock.connect(addr).await.expect("connect")
+}
+
+/// Asserts that the server closes `s` at once, without a response.
+async fn refused(mut s: TcpStream) {
+    let start = Instant::now();
+    let at = closed(&mut s).await;
+    assert!(at - start < Duration::from_secs(1), "closed at once");
+}
+
+/// Starts two `/hold` requests, each on a connection of its own, and
+/// returns once both are in flight.
+async fn two_held(addr: SocketAddr, hold: &Hold) -> Vec<tokio::task::JoinHandle<String>> {
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let (mut send, _conn) = client(addr).await;
+        busy.push(tokio::spawn(
+            async move { get_body(&mut send, "/hold").await },
+        ));
+    }
+    hold.arrived
+        .acquire_many(2)
+        .await
+        .expect("both /hold requests arrive")
+        .forget();
+    busy
+}
+
 #[tokio::test(start_paused = true)]
-async fn at_the_cap_with_every_connection_busy_a_new_client_waits_for_a_place() {
+async fn at_the_cap_with_every_connection_busy_a_new_client_is_closed_at_once() {
     let limits = ServeLimits {
         max_connections: 2,
         ..ServeLimits::default()
     };
-    let hold = Arc::new(Semaphore::new(0));
+    let hold = Hold::new();
     let (addr, _stop) = plain(limits, hold.clone()).await;
-    let mut busy = Vec::new();
-    for _ in 0..2 {
-        let (mut send, conn) = client(addr).await;
-        busy.push((
-            tokio::spawn(async move { get_body(&mut send, "/hold").await }),
-            conn,
-        ));
-    }
-    tokio::task::yield_now().await;
-    let (mut send, _conn) = client(addr).await;
-    let third = get_body(&mut send, "/ping");
-    tokio::pin!(third);
-    assert!(
-        tokio::time::timeout(IDLE_TIMEOUT * 2, third.as_mut())
-            .await
-            .is_err(),
-        "a third connection is not served while two requests hold the cap"
-    );
+    let mut busy = two_held(addr, &hold).await;
+    // The accept loop does not wait: each new client is closed at once;
+    // a handler that takes long is not a stalled write.
+    refused(TcpStream::connect(addr).await.expect("connect")).await;
+    tokio::time::sleep(WRITE_STALL_TIMEOUT * 2).await;
+    refused(TcpStream::connect(addr).await.expect("connect")).await;
     // One request ends: its connection, now idle, gives its place.
-    hold.add_permits(1);
-    let body = tokio::time::timeout(DEADLINE, third)
+    hold.gate.add_permits(1);
+    let first = busy.remove(0);
+    assert_eq!(first.await.expect("client task"), "held");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mut send, _conn) = client(addr).await;
+    let body = tokio::time::timeout(DEADLINE, get_body(&mut send, "/ping"))
         .await
         .expect("served once a place is free");
     assert_eq!(body, "pong");
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_that_take_no_response_do_not_keep_a_legitimate_client_out() {
+    let limits = ServeLimits {
+        max_connections: 2,
+        ..ServeLimits::default()
+    };
+    let (addr, _stop) = plain(limits, Hold::new()).await;
+    // HTTP/1: asks for an endless response and reads none of it.
+    let mut h1 = TcpStream::connect(addr).await.expect("connect");
+    h1.write_all(b"GET /big HTTP/1.1\r\nHost: kubelet\r\n\r\n")
+        .await
+        .expect("write");
+    // HTTP/2: a zero stream window, so not even a small body is sent.
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (mut h2, h2_conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    let h2_conn = tokio::spawn(h2_conn);
+    let req = http::Request::get("http://kubelet/ping")
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let _unread = h2.send_request(req).await.expect("response head");
+    // Both are owed a response: they hold the cap, for now.
+    refused(TcpStream::connect(addr).await.expect("connect")).await;
+    // Stalled past the write-stall timeout, each gives way to a new client.
+    tokio::time::sleep(WRITE_STALL_TIMEOUT + Duration::from_secs(1)).await;
+    let mut served = Vec::new();
+    for _ in 0..2 {
+        let (mut send, conn) = client(addr).await;
+        let body = tokio::time::timeout(DEADLINE, get_body(&mut send, "/ping"))
+            .await
+            .expect("served while stalled clients hold the cap");
+        assert_eq!(body, "pong");
+        served.push((send, conn));
+    }
+    closed(&mut h1).await;
+    let _ = tokio::time::timeout(DEADLINE, h2_conn)
+        .await
+        .expect("the HTTP/2 client was closed");
+    for (_, conn) in &served {
+        assert!(!conn.is_finished(), "served clients keep their connections");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_address_holds_at_most_its_share_of_places() {
+    let limits = ServeLimits {
+        max_connections: 8,
+        max_connections_per_ip: 2,
+        ..ServeLimits::default()
+    };
+    let hold = Hold::new();
+    let (addr, _stop) = plain(limits, hold.clone()).await;
+    let _busy = two_held(addr, &hold).await;
+    refused(connect_from([127, 0, 0, 1], addr).await).await;
+    // Another address still gets in.
+    let tcp = connect_from([127, 0, 0, 2], addr).await;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let body = tokio::time::timeout(DEADLINE, get_body(&mut send, "/ping"))
+        .await
+        .expect("served");
+    assert_eq!(body, "pong");
+    // At its share, an address's own connection without a request gives
+    // way to its next one.
+    let mut silent = connect_from([127, 0, 0, 2], addr).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _next = connect_from([127, 0, 0, 2], addr).await;
+    tokio::time::timeout(DEADLINE, closed(&mut silent))
+        .await
+        .expect("the silent connection gave way");
+    assert!(!send.is_closed(), "the served connection keeps its place");
 }
