@@ -105,9 +105,11 @@ impl Joined {
         }
     }
 
-    /// Stops the kubelet and removes its pods' sandboxes.
+    /// Stops the kubelet and removes its pods' sandboxes, then checks that
+    /// every request the kubelet sent is in `docs/api-compatibility.md`.
     pub async fn cleanup(self) {
         self.node.cleanup().await;
+        crate::api_compat::assert_documented(&self.api.requests());
     }
 }
 

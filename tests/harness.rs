@@ -16,6 +16,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 use kubelet::{App, AppHandle, KubeletConfig, Running};
 use kubelet_config::Flags;
 
+#[path = "api_compat.rs"]
+pub mod api_compat;
 #[path = "cluster_harness.rs"]
 pub mod cluster;
 #[path = "conformance.rs"]
