@@ -36,7 +36,7 @@ use kubelet_types::events::Recorder;
 use kubelet_types::pod;
 use kubelet_volume::MountedVolume;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -178,6 +178,10 @@ pub(crate) struct Inner {
     /// Whether orphaned directories found after a restart may be removed
     /// now (all sources ready, the pod unknown, none of its containers left).
     pub may_clean_orphan: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    /// True once the volumes found on disk are in the actual state: before
+    /// that, a pod with no entry may still have volumes mounted (upstream
+    /// `podVolumesExist` also looks at the disk).
+    pub reconstructed: watch::Sender<bool>,
 }
 
 /// The volume manager. Cheap to clone.
@@ -209,6 +213,7 @@ impl VolumeManager {
                 tracker,
                 shutdown,
                 may_clean_orphan,
+                reconstructed: watch::Sender::new(false),
             }),
         }
     }
@@ -222,6 +227,7 @@ impl VolumeManager {
     /// until shutdown.
     pub async fn run(self) {
         reconciler::reconstruct(&self.inner).await;
+        self.inner.reconstructed.send_replace(true);
         reconciler::run(self.inner.clone()).await;
     }
 
@@ -419,14 +425,16 @@ impl VolumeManager {
                 e.desired = false;
                 e.terminated = true;
                 e.remove_dir |= remove_dir;
-            } else if remove_dir {
+            } else if remove_dir || !*self.inner.reconstructed.borrow() {
+                // Before reconstruction the pod may have volumes on disk:
+                // the mark waits for them (no pass runs before it).
                 st.pods.insert(
                     uid.to_string(),
                     PodEntry {
                         pod: None,
                         desired: false,
                         terminated: true,
-                        remove_dir: true,
+                        remove_dir,
                         removing: false,
                         volumes: BTreeMap::new(),
                         errors: BTreeMap::new(),
@@ -438,9 +446,20 @@ impl VolumeManager {
     }
 
     /// Waits until the pod has nothing set up any more (upstream
-    /// `WaitForUnmount`), at most `timeout`; true when it has not.
+    /// `WaitForUnmount`), at most `timeout`; true when it has not. Nothing
+    /// is decided before the volumes found on disk are known.
     pub async fn wait_for_unmount(&self, uid: &str, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        let mut reconstructed = self.inner.reconstructed.subscribe();
+        tokio::select! {
+            r = reconstructed.wait_for(|done| *done) => {
+                if r.is_err() {
+                    return false;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => return false,
+            () = self.inner.shutdown.cancelled() => return false,
+        }
         loop {
             let changed = self.inner.changed.notified();
             tokio::pin!(changed);

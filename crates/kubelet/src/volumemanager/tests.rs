@@ -27,6 +27,8 @@ struct FakeOps {
     busy_subpaths: Mutex<HashSet<String>>,
     /// Pod directories on disk.
     dirs: Mutex<Vec<String>>,
+    /// How long the reconstruction takes.
+    reconstruct_delay: Mutex<Duration>,
 }
 
 impl FakeOps {
@@ -102,6 +104,8 @@ impl VolumeOps for FakeOps {
         Ok(self.dirs.lock().clone())
     }
     async fn reconstruct(&self, _: &Path) -> Vec<OnDisk> {
+        let delay = *self.reconstruct_delay.lock();
+        tokio::time::sleep(delay).await;
         self.on_disk.lock().clone()
     }
     async fn remove_pod_dir(&self, dir: &Path) -> Result<(), kubelet_volume::Error> {
@@ -127,8 +131,13 @@ struct Fixture {
 }
 
 fn fixture(on_disk: Vec<OnDisk>) -> Fixture {
+    fixture_with(on_disk, Duration::ZERO)
+}
+
+fn fixture_with(on_disk: Vec<OnDisk>, reconstruct_delay: Duration) -> Fixture {
     let ops = Arc::new(FakeOps::default());
     *ops.on_disk.lock() = on_disk;
+    *ops.reconstruct_delay.lock() = reconstruct_delay;
     let events = Arc::new(RecordingRecorder::default());
     let orphans_ok = Arc::new(Mutex::new(false));
     let ok = orphans_ok.clone();
@@ -524,5 +533,31 @@ async fn directories_of_unknown_pods_are_removed_once_allowed() {
     *f.orphans_ok.lock() = true;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(f.ops.calls(), vec!["remove_dir gone", "removed_dir gone"]);
+    f.shutdown.cancel();
+}
+
+/// A kill racing a slow reconstruction after a restart: the wait for the
+/// unmount does not end before the Secret found on disk is torn down.
+#[tokio::test(start_paused = true)]
+async fn a_kill_before_reconstruction_waits_for_the_volumes_found_on_disk() {
+    let f = fixture_with(
+        vec![OnDisk {
+            uid: "u1".into(),
+            plugin: kubelet_volume::plugin::names::SECRET,
+            name: "token".into(),
+            dir: PathBuf::from("/var/lib/kubelet-test/pods/u1/volumes/kubernetes.io~secret/token"),
+        }],
+        Duration::from_secs(10),
+    );
+    f.vm.pod_terminated("u1", false);
+    let vm = f.vm.clone();
+    let wait =
+        tokio::spawn(async move { vm.wait_for_unmount("u1", Duration::from_secs(120)).await });
+    tokio::time::advance(Duration::from_secs(5)).await;
+    settle().await;
+    assert!(!wait.is_finished(), "decided before reconstruction");
+    assert!(f.ops.calls().is_empty());
+    assert!(wait.await.expect("joined"), "unmounted in time");
+    assert_eq!(f.ops.calls(), vec!["clean_subpaths u1", "tear_down token"]);
     f.shutdown.cancel();
 }
