@@ -14,13 +14,17 @@
 //! is reported as soon as the node is registered: a Node that already existed,
 //! as after a restart, still carries the old process's heartbeats. A Node
 //! created just now carries this process's status, which counts as the first
-//! report. Each interval has up to five tries (upstream
-//! `nodeStatusUpdateRetry`), each bounded by upstream's heartbeat client
-//! timeout, the smaller of `nodeStatusUpdateFrequency` and the lease duration.
+//! report. Each interval reads the runtime once ([`runtime_facts`], under its
+//! own short deadline) and has up to five tries (upstream
+//! `nodeStatusUpdateRetry`); as upstream, only each try's GET and PATCH are
+//! bounded by the heartbeat client timeout, the smaller of
+//! `nodeStatusUpdateFrequency` and the lease duration, so a hung runtime
+//! cannot keep the status (NotReady) from being posted.
 
 pub mod compare;
 pub mod machine;
 pub mod register;
+pub mod runtime_facts;
 pub mod setters;
 
 use std::collections::BTreeMap;
@@ -43,6 +47,7 @@ use crate::RuntimeState;
 use kubelet_client::clock::Clock;
 use kubelet_config::{ClusterConfig, Taint};
 use machine::MachineInfo;
+use runtime_facts::{LastKnown, RuntimeFacts};
 
 /// Everything node status is made from.
 pub struct NodeStatusManager {
@@ -83,37 +88,30 @@ pub struct NodeStatusManager {
     pub latest: watch::Sender<Option<Node>>,
 }
 
-/// Runtime facts for one status computation.
-struct RuntimeFacts {
-    version: String,
-    not_ready: Vec<String>,
-    images: Vec<cri::pb::Image>,
-}
-
 /// Upstream `nodeStatusUpdateRetry`: tries per status interval.
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
 
 impl NodeStatusManager {
-    async fn runtime_facts(&self, last_version: &str) -> RuntimeFacts {
-        // The runtime's state as the health check last saw it (upstream `runtimeState`):
-        // no second status call to the runtime.
-        let mut not_ready = self.runtime_state.runtime_errors();
-        not_ready.extend(self.runtime_state.network_errors());
-        let version = match self.runtime.version().await {
-            Ok(v) => setters::container_runtime_version(&v.runtime_name, &v.runtime_version),
-            Err(_) => last_version.to_string(),
-        };
-        let images = self.images.list_images().await.unwrap_or_default();
-        RuntimeFacts {
-            version,
-            not_ready,
-            images,
-        }
+    /// Reads the runtime (bounded; see [`runtime_facts`]).
+    async fn runtime_facts(&self, known: &mut LastKnown) -> RuntimeFacts {
+        known
+            .read(
+                self.runtime.as_ref(),
+                self.images.as_ref(),
+                self.runtime_state.as_ref(),
+            )
+            .await
     }
 
-    /// The status now, given the last reported conditions.
-    async fn compute(&self, previous: &[NodeCondition], last_version: &str) -> NodeStatus {
-        let facts = self.runtime_facts(last_version).await;
+    /// The status now, given the last reported conditions and the runtime
+    /// version the server holds (reported if the runtime's was never read).
+    fn compute(
+        &self,
+        previous: &[NodeCondition],
+        facts: &RuntimeFacts,
+        server_version: &str,
+    ) -> NodeStatus {
+        let version = facts.version.as_deref().unwrap_or(server_version);
         let now = Time(self.clock.now());
         let capacity = setters::capacity(&self.machine, self.max_pods);
         let allocatable = setters::allocatable(&capacity, &self.cfg);
@@ -126,7 +124,7 @@ impl NodeStatusManager {
             images: Some(setters::images(&facts.images)),
             node_info: Some(setters::node_info(
                 &self.machine,
-                &facts.version,
+                version,
                 kubelet_types::KUBERNETES_VERSION,
             )),
             ..Default::default()
@@ -213,7 +211,9 @@ impl NodeStatusManager {
 
     /// Registers the node, then keeps its status current until `stop`.
     pub async fn run(self, stop: CancellationToken) {
-        let initial = self.compute(&[], "").await;
+        let mut known = LastKnown::default();
+        let facts = self.runtime_facts(&mut known).await;
+        let initial = self.compute(&[], &facts, "");
         let Some(registered) = register::register(&self, &initial, &stop).await else {
             return;
         };
@@ -240,36 +240,50 @@ impl NodeStatusManager {
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = self.update_node_status(&mut last_status_report) => {}
+                () = self.update_node_status(&mut known, &mut last_status_report) => {}
             }
         }
     }
 
-    /// One status interval (upstream `updateNodeStatus`): up to
-    /// [`NODE_STATUS_UPDATE_RETRY`] tries, each bounded by the heartbeat
-    /// timeout. A zero timeout means none, as for client-go's `Timeout` (the
-    /// client's own request deadline still applies).
-    async fn update_node_status(&self, last_status_report: &mut Option<Instant>) {
-        let timeout = self.heartbeat_timeout();
+    /// One status interval (upstream `updateNodeStatus`): the runtime is
+    /// read once (under its own deadline), then up to
+    /// [`NODE_STATUS_UPDATE_RETRY`] tries.
+    async fn update_node_status(
+        &self,
+        known: &mut LastKnown,
+        last_status_report: &mut Option<Instant>,
+    ) {
+        let facts = self.runtime_facts(known).await;
         for try_number in 0..NODE_STATUS_UPDATE_RETRY {
-            let attempt = self.try_update_node_status(try_number, last_status_report);
-            let outcome = if timeout.is_zero() {
-                Ok(attempt.await)
-            } else {
-                tokio::time::timeout(timeout, attempt).await
-            };
-            match outcome {
-                Ok(Ok(())) => return,
-                Ok(Err(e)) => {
+            match self
+                .try_update_node_status(try_number, &facts, last_status_report)
+                .await
+            {
+                Ok(()) => return,
+                Err(e) => {
                     warn!(error = %e, try_number, "Error updating node status, will retry")
                 }
-                Err(_) => warn!(
-                    ?timeout,
-                    try_number, "Node status update timed out, will retry"
-                ),
             }
         }
         warn!("Unable to update node status: update node status exceeds retry count");
+    }
+
+    /// `request` bounded by the heartbeat timeout (upstream's heartbeat
+    /// client). A zero timeout means none, as for client-go's `Timeout` (the
+    /// client's own request deadline still applies).
+    async fn heartbeat_request<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, TryError> {
+        let timeout = self.heartbeat_timeout();
+        if timeout.is_zero() {
+            return request.await.map_err(TryError::Api);
+        }
+        match tokio::time::timeout(timeout, request).await {
+            Ok(r) => r.map_err(TryError::Api),
+            Err(_) => Err(TryError::Timeout(what, timeout)),
+        }
     }
 
     /// One try (upstream `tryUpdateNodeStatus`): read the Node, compute the
@@ -280,8 +294,9 @@ impl NodeStatusManager {
     async fn try_update_node_status(
         &self,
         try_number: usize,
+        facts: &RuntimeFacts,
         last_status_report: &mut Option<Instant>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), TryError> {
         // The first try may be served from the apiserver's cache; retries are
         // not (upstream `FromApiserverCache` on try 0).
         let params = if try_number == 0 {
@@ -289,8 +304,9 @@ impl NodeStatusManager {
         } else {
             GetParams::default()
         };
-        let node = Api::<Node>::all(self.client.clone())
-            .get_with(&self.node_name, &params)
+        let api = Api::<Node>::all(self.client.clone());
+        let node = self
+            .heartbeat_request("GET", api.get_with(&self.node_name, &params))
             .await?;
         let server = node.status.clone().unwrap_or_default();
         let server_conditions = server.conditions.clone().unwrap_or_default();
@@ -299,7 +315,7 @@ impl NodeStatusManager {
             .as_ref()
             .map(|i| i.container_runtime_version.clone())
             .unwrap_or_default();
-        let status = self.compute(&server_conditions, &version).await;
+        let status = self.compute(&server_conditions, facts, &version);
         // A cloud-controller-manager that set the addresses owns them (upstream).
         let own_addresses = !(self.cfg.external_cloud_provider
             && server.addresses.as_ref().is_some_and(|a| !a.is_empty())
@@ -312,7 +328,9 @@ impl NodeStatusManager {
             debug!("Node status unchanged; not reporting");
             return Ok(());
         }
-        let updated = self.patch_status(&status, own_addresses).await?;
+        let updated = self
+            .heartbeat_request("PATCH", self.patch_status(&status, own_addresses))
+            .await?;
         *last_status_report = Some(now);
         let conditions = status.conditions.unwrap_or_default();
         self.record_transitions(&server_conditions, &conditions);
@@ -348,6 +366,15 @@ impl NodeStatusManager {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
+}
+
+/// Why one try to update node status failed.
+#[derive(Debug, thiserror::Error)]
+enum TryError {
+    #[error(transparent)]
+    Api(kube::Error),
+    #[error("{0} of the Node timed out after {1:?}")]
+    Timeout(&'static str, Duration),
 }
 
 /// Logs the node being registered.
