@@ -11,6 +11,7 @@
 //! [`pod_cgroup`] for pods the runtime gave nothing for); the failures are
 //! counted in `kubelet_runtime_operations_errors_total{operation_type}`.
 
+mod batch_backoff;
 mod cpu;
 mod cri_stats;
 mod node;
@@ -31,6 +32,7 @@ use kubelet_server::stats::summary::{
 };
 use kubelet_server::stats::{StatsError, StatsProvider, Summary};
 
+pub use self::batch_backoff::StatsFallback;
 pub use self::cpu::CpuUsageCache;
 pub use self::cri_stats::StatsRuntime;
 pub use self::pod_cgroup::PodCgroupDirs;
@@ -198,6 +200,7 @@ pub(crate) struct Collector<'a> {
     pub metrics: &'a KubeletMetrics,
     pub pod_cache: &'a PodCache,
     pub cpu_usage: &'a CpuUsageCache,
+    pub fallback: &'a StatsFallback,
     pub node_name: &'a str,
     pub root_dir: &'a Path,
     pub pod_logs_dir: &'a Path,
@@ -213,6 +216,7 @@ impl KubeletHost {
             metrics: &self.metrics,
             pod_cache: &self.pod_cache,
             cpu_usage: &self.cpu_usage,
+            fallback: self.summary_cache.fallback(),
             node_name: &self.node_name,
             root_dir: &self.root_dir,
             pod_logs_dir: &self.pod_logs_dir,
@@ -226,7 +230,14 @@ impl KubeletHost {
 impl Collector<'_> {
     /// Gathers the summary; `full` adds filesystems, network and limits.
     async fn collect(self, full: bool) -> Result<Summary, StatsError> {
-        let sample = cri_stats::gather(self.rt, self.metrics, self.pod_logs_dir, full).await?;
+        let sample = cri_stats::gather(
+            self.rt,
+            self.metrics,
+            self.fallback,
+            self.pod_logs_dir,
+            full,
+        )
+        .await?;
         let pods = sample.pods;
         let image_fs_usage = sample.image_fs;
 

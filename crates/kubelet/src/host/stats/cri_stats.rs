@@ -7,12 +7,17 @@
 //! containerd 1.6's `ListPodSandboxStats` does for everyone when it cannot
 //! decode one sandbox's metrics), each chosen container and ready sandbox is
 //! asked on its own (`ContainerStats`, `PodSandboxStats`) and only the ones
-//! that fail are left out; a pod without sandbox stats then reports the sum
+//! that fail are left out. The failed list call is then skipped for a while,
+//! and the per-item calls are bounded (see [`super::batch_backoff`]): one
+//! slow item costs a short deadline, one collection a few seconds, and a
+//! failure repeating every scrape is logged at `warn` once. A pod without
+//! sandbox stats then reports the sum
 //! of its containers, or its pod cgroup when its containers have none
 //! either. A runtime older than CRI sandbox stats (`Unimplemented`, before
 //! containerd 1.6) is handled the same way without the per-sandbox calls.
-//! When the runtime is gone (unavailable, or past the deadline) the rest is
-//! not asked: the summary keeps what was read. Only the two lists of
+//! When a list call finds the runtime gone (unavailable, or past the
+//! deadline), or an item call finds it unavailable, the rest is not asked:
+//! the summary keeps what was read. Only the two lists of
 //! sandboxes and containers are needed for a summary at all.
 //!
 //! Every call is counted as upstream's instrumented service counts it:
@@ -21,15 +26,17 @@
 //! `list_container_stats`, `container_stats`, `list_podsandbox_stats`,
 //! `podsandbox_stats`, `image_fs_info`, `list_podsandbox` or
 //! `list_containers`; so a failing batch and each sandbox or container left
-//! out show there.
+//! out (or not asked in time) show there.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::time::Duration;
 
 use cri::{CriError, RemoteRuntime, RuntimeService, pb};
 use kubelet_metrics::KubeletMetrics;
 use kubelet_runtime::instrumented::record;
 
+use super::batch_backoff::{BATCH_BACKOFF, Batch, Budget, StatsFallback, warn_once};
 use super::{ChosenPod, choose};
 
 /// The CRI calls a stats collection makes (upstream's `internalapi`
@@ -144,6 +151,7 @@ fn unimplemented(e: &CriError) -> bool {
 pub(super) async fn gather(
     rt: &dyn StatsRuntime,
     metrics: &KubeletMetrics,
+    fallback: &StatsFallback,
     pod_logs_dir: &Path,
     full: bool,
 ) -> Result<RuntimeSample, CriError> {
@@ -155,8 +163,9 @@ pub(super) async fn gather(
     // One stats call at a time: containerd 1.6's stats calls race on its
     // sandbox store and can crash it ("concurrent map read and map write"
     // in getUsageNanoCores).
-    let containers = container_stats(rt, metrics, &pods).await;
-    let sandboxes = sandbox_stats(rt, metrics, &pods).await;
+    let mut budget = Budget::default();
+    let containers = container_stats(rt, metrics, &fallback.containers, &mut budget, &pods).await;
+    let sandboxes = sandbox_stats(rt, metrics, &fallback.sandboxes, &mut budget, &pods).await;
     let image_fs = if full {
         match record(metrics, "image_fs_info", rt.image_fs_info()).await {
             Ok(r) => r.image_filesystems.into_iter().next(),
@@ -176,10 +185,109 @@ pub(super) async fn gather(
     })
 }
 
-/// `ListContainerStats`, else `ContainerStats` of each chosen container.
+/// One of the two kinds of per-item stats calls.
+#[derive(Clone, Copy)]
+enum Item {
+    Container,
+    Sandbox,
+}
+
+impl Item {
+    /// The CRI method and its `operation_type`.
+    fn op(self) -> (&'static str, &'static str) {
+        match self {
+            Item::Container => ("ContainerStats", "container_stats"),
+            Item::Sandbox => ("PodSandboxStats", "podsandbox_stats"),
+        }
+    }
+
+    fn log_failure(self, first: bool, id: &str, e: &CriError) {
+        match self {
+            Item::Container => warn_once!(
+                first,
+                container.id = %id,
+                error = %e,
+                "Unable to get container stats; leaving them out"
+            ),
+            Item::Sandbox => warn_once!(
+                first,
+                sandbox.id = %id,
+                error = %e,
+                "Unable to get pod sandbox stats; leaving them out"
+            ),
+        }
+    }
+}
+
+/// The pseudo-ID under which running out of [`Budget`] is remembered, to
+/// warn of it once.
+const OUT_OF_TIME: &str = "\0out-of-time";
+
+/// Asks for the stats of each of `ids` (one call at a time, see [`gather`]),
+/// each under [`ITEM_TIMEOUT`](super::batch_backoff::ITEM_TIMEOUT) and all
+/// within the collection's `budget`; the ones that fail or are not asked in
+/// time are left out and counted as failed.
+async fn per_item<T, F, Fut>(
+    metrics: &KubeletMetrics,
+    batch: &Batch,
+    budget: &mut Budget,
+    item: Item,
+    ids: Vec<String>,
+    call: F,
+) -> HashMap<String, T>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, CriError>>,
+{
+    let (op, op_type) = item.op();
+    let mut out = HashMap::new();
+    let mut failing = HashSet::new();
+    for (i, id) in ids.iter().enumerate() {
+        let Some(timeout) = budget.next_timeout() else {
+            let left = ids.len() - i;
+            for _ in 0..left {
+                metrics.record_runtime_operation(op_type, Duration::ZERO, true);
+            }
+            warn_once!(
+                batch.first_item_failure(OUT_OF_TIME),
+                left,
+                operation = op,
+                "Stats collection out of time; leaving out the rest"
+            );
+            failing.insert(OUT_OF_TIME.to_string());
+            break;
+        };
+        let call = tokio::time::timeout(timeout, call(id.clone()));
+        let res = record(metrics, op_type, async {
+            call.await.unwrap_or(Err(CriError::Timeout { op, timeout }))
+        })
+        .await;
+        match res {
+            Ok(Some(s)) => {
+                out.insert(id.clone(), s);
+            }
+            Ok(None) => {}
+            Err(e) if matches!(e, CriError::Unavailable { .. }) || unimplemented(&e) => {
+                tracing::warn!(error = %e, operation = op, "Unable to get stats; leaving out the rest");
+                break;
+            }
+            Err(e) => {
+                item.log_failure(batch.first_item_failure(id), id, &e);
+                failing.insert(id.clone());
+            }
+        }
+    }
+    batch.items_failed(failing);
+    out
+}
+
+/// `ListContainerStats`, else (and for [`BATCH_BACKOFF`] after it failed)
+/// `ContainerStats` of each chosen container.
 async fn container_stats(
     rt: &dyn StatsRuntime,
     metrics: &KubeletMetrics,
+    batch: &Batch,
+    budget: &mut Budget,
     pods: &[ChosenPod],
 ) -> HashMap<String, pb::ContainerStats> {
     let by_id = |list: Vec<pb::ContainerStats>| {
@@ -187,44 +295,50 @@ async fn container_stats(
             .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
             .collect()
     };
-    let err = match record(metrics, "list_container_stats", rt.list_container_stats()).await {
-        Ok(list) => return by_id(list),
-        Err(e) => e,
-    };
-    if runtime_gone(&err) {
-        tracing::warn!(error = %err, "Unable to list container stats; reporting pods without them");
-        return HashMap::new();
-    }
-    tracing::warn!(error = %err, "Unable to list container stats; asking for each container");
-    let mut out = HashMap::new();
-    let ids: Vec<&str> = pods
-        .iter()
-        .flat_map(|p| &p.containers)
-        .map(|c| c.container.id.as_str())
-        .collect();
-    for id in ids {
-        match record(metrics, "container_stats", rt.container_stats(id)).await {
-            Ok(Some(s)) => {
-                out.insert(id.to_string(), s);
+    if batch.try_batch() {
+        match record(metrics, "list_container_stats", rt.list_container_stats()).await {
+            Ok(list) => {
+                if batch.succeeded() {
+                    tracing::info!("Listing container stats works again");
+                }
+                return by_id(list);
             }
-            Ok(None) => {}
-            Err(e) if runtime_gone(&e) || unimplemented(&e) => {
-                tracing::warn!(error = %e, "Unable to get container stats; leaving out the rest");
-                break;
+            Err(e) if runtime_gone(&e) => {
+                tracing::warn!(error = %e, "Unable to list container stats; reporting pods without them");
+                return HashMap::new();
             }
-            Err(e) => {
-                tracing::warn!(container.id = %id, error = %e, "Unable to get container stats; leaving them out");
-            }
+            Err(e) => warn_once!(
+                batch.failed(),
+                error = %e,
+                backoff = ?BATCH_BACKOFF,
+                "Unable to list container stats; asking for each container"
+            ),
         }
     }
-    out
+    let ids = pods
+        .iter()
+        .flat_map(|p| &p.containers)
+        .map(|c| c.container.id.clone())
+        .collect();
+    per_item(
+        metrics,
+        batch,
+        budget,
+        Item::Container,
+        ids,
+        |id| async move { rt.container_stats(&id).await },
+    )
+    .await
 }
 
-/// `ListPodSandboxStats`, else `PodSandboxStats` of each chosen ready
-/// sandbox; nothing from a runtime without sandbox stats.
+/// `ListPodSandboxStats`, else (and for [`BATCH_BACKOFF`] after it failed)
+/// `PodSandboxStats` of each chosen ready sandbox; nothing from a runtime
+/// without sandbox stats.
 async fn sandbox_stats(
     rt: &dyn StatsRuntime,
     metrics: &KubeletMetrics,
+    batch: &Batch,
+    budget: &mut Budget,
     pods: &[ChosenPod],
 ) -> HashMap<String, pb::PodSandboxStats> {
     let by_id = |list: Vec<pb::PodSandboxStats>| {
@@ -232,45 +346,49 @@ async fn sandbox_stats(
             .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
             .collect()
     };
-    let err = match record(
-        metrics,
-        "list_podsandbox_stats",
-        rt.list_pod_sandbox_stats(),
-    )
-    .await
-    {
-        Ok(list) => return by_id(list),
-        Err(e) => e,
-    };
-    if unimplemented(&err) {
-        tracing::debug!(error = %err, "The runtime has no sandbox stats; pods report their containers");
-        return HashMap::new();
-    }
-    if runtime_gone(&err) {
-        tracing::warn!(error = %err, "Unable to list pod sandbox stats; reporting pods without them");
-        return HashMap::new();
-    }
-    tracing::warn!(error = %err, "Unable to list pod sandbox stats; asking for each sandbox");
-    let ready = pb::PodSandboxState::SandboxReady as i32;
-    let mut out = HashMap::new();
-    for id in pods
-        .iter()
-        .filter(|p| p.sandbox.state == ready)
-        .map(|p| &p.sandbox.id)
-    {
-        match record(metrics, "podsandbox_stats", rt.pod_sandbox_stats(id)).await {
-            Ok(Some(s)) => {
-                out.insert(id.clone(), s);
+    if batch.try_batch() {
+        match record(
+            metrics,
+            "list_podsandbox_stats",
+            rt.list_pod_sandbox_stats(),
+        )
+        .await
+        {
+            Ok(list) => {
+                if batch.succeeded() {
+                    tracing::info!("Listing pod sandbox stats works again");
+                }
+                return by_id(list);
             }
-            Ok(None) => {}
-            Err(e) if runtime_gone(&e) || unimplemented(&e) => {
-                tracing::warn!(error = %e, "Unable to get pod sandbox stats; leaving out the rest");
-                break;
+            Err(e) if unimplemented(&e) => {
+                tracing::debug!(error = %e, "The runtime has no sandbox stats; pods report their containers");
+                return HashMap::new();
             }
-            Err(e) => {
-                tracing::warn!(sandbox.id = %id, error = %e, "Unable to get pod sandbox stats; leaving them out");
+            Err(e) if runtime_gone(&e) => {
+                tracing::warn!(error = %e, "Unable to list pod sandbox stats; reporting pods without them");
+                return HashMap::new();
             }
+            Err(e) => warn_once!(
+                batch.failed(),
+                error = %e,
+                backoff = ?BATCH_BACKOFF,
+                "Unable to list pod sandbox stats; asking for each sandbox"
+            ),
         }
     }
-    out
+    let ready = pb::PodSandboxState::SandboxReady as i32;
+    let ids = pods
+        .iter()
+        .filter(|p| p.sandbox.state == ready)
+        .map(|p| p.sandbox.id.clone())
+        .collect();
+    per_item(
+        metrics,
+        batch,
+        budget,
+        Item::Sandbox,
+        ids,
+        |id| async move { rt.pod_sandbox_stats(&id).await },
+    )
+    .await
 }

@@ -1,8 +1,11 @@
 //! One stats collection at a time (upstream reads stats cAdvisor collected
 //! every 10 s; the summary provider itself keeps none): concurrent scrapes
-//! share a summary younger than [`SUMMARY_REUSE`].
+//! share a summary younger than [`SUMMARY_REUSE`]. It also keeps what the
+//! stats fallback carries between collections ([`StatsFallback`]).
 
 use kubelet_server::stats::{StatsError, Summary};
+
+use super::StatsFallback;
 
 /// How long a collected summary answers further scrapes.
 pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -14,9 +17,15 @@ pub const SUMMARY_REUSE: std::time::Duration = std::time::Duration::from_secs(1)
 #[derive(Default)]
 pub struct SummaryCache {
     last: tokio::sync::Mutex<Option<(tokio::time::Instant, bool, Summary)>>,
+    fallback: StatsFallback,
 }
 
 impl SummaryCache {
+    /// The stats fallback's state across collections.
+    pub fn fallback(&self) -> &StatsFallback {
+        &self.fallback
+    }
+
     /// The cached summary when fresh enough (and full when `full` is asked),
     /// else a new one from `collect`.
     pub async fn get_or_collect<F, Fut>(

@@ -92,6 +92,7 @@ mod runtime_failures {
     use kubelet_metrics::parse::parse;
     use kubelet_server::stats::resource;
 
+    use super::batch_backoff::{BATCH_BACKOFF, FALLBACK_BUDGET, ITEM_TIMEOUT};
     use super::*;
 
     #[async_trait::async_trait]
@@ -122,6 +123,51 @@ mod runtime_failures {
         }
     }
 
+    /// The fake runtime, whose `ContainerStats` and `PodSandboxStats` of the
+    /// IDs in `hang` never answer (a runtime stuck on one item).
+    struct Hanging<'a> {
+        fake: &'a FakeRuntime,
+        hang: &'a parking_lot::Mutex<std::collections::HashSet<String>>,
+    }
+
+    impl Hanging<'_> {
+        async fn maybe_hang(&self, id: &str) {
+            if self.hang.lock().contains(id) {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl StatsRuntime for Hanging<'_> {
+        async fn list_pod_sandbox(&self) -> Result<Vec<pb::PodSandbox>, CriError> {
+            StatsRuntime::list_pod_sandbox(self.fake).await
+        }
+        async fn list_containers(&self) -> Result<Vec<pb::Container>, CriError> {
+            StatsRuntime::list_containers(self.fake).await
+        }
+        async fn list_container_stats(&self) -> Result<Vec<pb::ContainerStats>, CriError> {
+            StatsRuntime::list_container_stats(self.fake).await
+        }
+        async fn container_stats(&self, id: &str) -> Result<Option<pb::ContainerStats>, CriError> {
+            self.maybe_hang(id).await;
+            StatsRuntime::container_stats(self.fake, id).await
+        }
+        async fn list_pod_sandbox_stats(&self) -> Result<Vec<pb::PodSandboxStats>, CriError> {
+            StatsRuntime::list_pod_sandbox_stats(self.fake).await
+        }
+        async fn pod_sandbox_stats(
+            &self,
+            id: &str,
+        ) -> Result<Option<pb::PodSandboxStats>, CriError> {
+            self.maybe_hang(id).await;
+            StatsRuntime::pod_sandbox_stats(self.fake, id).await
+        }
+        async fn image_fs_info(&self) -> Result<pb::ImageFsInfoResponse, CriError> {
+            StatsRuntime::image_fs_info(self.fake).await
+        }
+    }
+
     /// A node with three running pods `u0`..`u2`, one container each, whose
     /// container in pod `u<i>` used `i+1` core-seconds and `i+1` MiB.
     struct Node {
@@ -129,6 +175,8 @@ mod runtime_failures {
         metrics: KubeletMetrics,
         pod_cache: PodCache,
         cpu_usage: CpuUsageCache,
+        fallback: StatsFallback,
+        hang: parking_lot::Mutex<std::collections::HashSet<String>>,
         dir: tempfile::TempDir,
         sandboxes: Vec<String>,
         containers: Vec<String>,
@@ -195,6 +243,8 @@ mod runtime_failures {
                 metrics: KubeletMetrics::new(),
                 pod_cache: PodCache::default(),
                 cpu_usage: CpuUsageCache::default(),
+                fallback: StatsFallback::default(),
+                hang: Default::default(),
                 dir,
                 sandboxes,
                 containers,
@@ -205,11 +255,16 @@ mod runtime_failures {
             let logs = self.dir.path().join("logs");
             let cgroup = self.dir.path().join("cgroup");
             let proc = self.dir.path().join("proc");
+            let rt = Hanging {
+                fake: &self.fake,
+                hang: &self.hang,
+            };
             Collector {
-                rt: &self.fake,
+                rt: &rt,
                 metrics: &self.metrics,
                 pod_cache: &self.pod_cache,
                 cpu_usage: &self.cpu_usage,
+                fallback: &self.fallback,
                 node_name: "n1",
                 root_dir: self.dir.path(),
                 pod_logs_dir: &logs,
@@ -409,6 +464,86 @@ mod runtime_failures {
             pod_ws(pod(&s, "u1")),
             Some(2 * MIB),
             "others from the runtime"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_list_is_skipped_for_the_backoff_then_tried_again() {
+        let node = Node::new();
+        node.fake.fail_stats(&node.sandboxes[1]);
+        node.collect(false).await.expect("a summary");
+        assert_eq!(node.fake.call_count("ListPodSandboxStats"), 1);
+
+        tokio::time::advance(BATCH_BACKOFF / 2).await;
+        let s = node.collect(false).await.expect("a summary");
+        assert_eq!(
+            node.fake.call_count("ListPodSandboxStats"),
+            1,
+            "no list call within the backoff"
+        );
+        assert_eq!(node.fake.call_count("PodSandboxStats"), 6);
+        assert_eq!(pod_ws(pod(&s, "u2")), Some(3 * MIB));
+        assert_eq!(
+            node.fake.call_count("ListContainerStats"),
+            2,
+            "the working list call is made each time"
+        );
+
+        tokio::time::advance(BATCH_BACKOFF / 2).await;
+        node.collect(false).await.expect("a summary");
+        assert_eq!(
+            node.fake.call_count("ListPodSandboxStats"),
+            2,
+            "tried again after the backoff"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_item_costs_its_short_deadline_alone() {
+        let node = Node::new();
+        node.fake.fail_stats(&node.sandboxes[1]);
+        node.hang.lock().insert(node.sandboxes[0].clone());
+
+        let start = tokio::time::Instant::now();
+        let s = node.collect(false).await.expect("a summary");
+
+        assert_eq!(start.elapsed(), ITEM_TIMEOUT, "one short deadline");
+        assert_eq!(s.pods.len(), 3);
+        for (i, uid) in ["u0", "u1", "u2"].iter().enumerate() {
+            let n = i as u64 + 1;
+            assert_eq!(pod_ws(pod(&s, uid)), Some(n * MIB), "{uid}");
+        }
+        assert_eq!(
+            node.counted("podsandbox_stats"),
+            (3.0, 2.0),
+            "the hanging and the bad sandbox counted, the third read"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn per_item_calls_end_with_the_collection_budget() {
+        let node = Node::new();
+        let mut hanging = Vec::new();
+        for i in 3..10 {
+            let (_, ids) = node
+                .fake
+                .add_running_pod(&format!("u{i}"), &format!("p{i}"), 1);
+            hanging.extend(ids);
+        }
+        node.fake.fail_stats(&node.containers[0]);
+        node.hang.lock().extend(hanging);
+
+        let start = tokio::time::Instant::now();
+        let s = node.collect(false).await.expect("a summary");
+
+        assert_eq!(start.elapsed(), FALLBACK_BUDGET);
+        assert_eq!(s.pods.len(), 10);
+        assert_eq!(container_ws(pod(&s, "u1")), Some(2 * MIB));
+        assert_eq!(container_ws(pod(&s, "u2")), Some(3 * MIB));
+        assert_eq!(
+            node.counted("container_stats"),
+            (10.0, 8.0),
+            "the bad one, five timed out, two not asked in time"
         );
     }
 
