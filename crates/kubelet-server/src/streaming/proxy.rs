@@ -95,12 +95,14 @@ pub async fn open_upgrade(
 pub fn forwarded_headers(client: &HeaderMap, peer: Option<SocketAddr>) -> HeaderMap {
     let mut headers = client.clone();
     if let Some(peer) = peer {
-        let ip = peer.ip().to_string();
-        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(prior) => format!("{prior}, {ip}"),
-            None => ip,
-        };
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        // Every prior value, folded into one, then the peer.
+        let mut value = Vec::new();
+        for prior in headers.get_all(X_FORWARDED_FOR) {
+            value.extend_from_slice(prior.as_bytes());
+            value.extend_from_slice(b", ");
+        }
+        value.extend_from_slice(peer.ip().to_string().as_bytes());
+        if let Ok(v) = HeaderValue::from_bytes(&value) {
             headers.insert(X_FORWARDED_FOR, v);
         }
     }
@@ -226,6 +228,17 @@ mod tests {
         assert!(out.get(AUTHORIZATION).is_none());
         assert!(out.get(HOST).is_none());
         assert_eq!(out[X_FORWARDED_FOR], "10.0.0.1, 192.0.2.7");
+        // Every prior value is kept, folded into one header.
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("10.0.0.2, 10.0.0.3"),
+        );
+        let out = forwarded_headers(&h, Some(peer));
+        assert_eq!(out.get_all(X_FORWARDED_FOR).iter().count(), 1);
+        assert_eq!(
+            out[X_FORWARDED_FOR],
+            "10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.7"
+        );
         h.remove(X_FORWARDED_FOR);
         assert_eq!(
             forwarded_headers(&h, Some(peer))[X_FORWARDED_FOR],
