@@ -162,6 +162,9 @@ pub(crate) struct PodEntry {
 #[derive(Default)]
 pub(crate) struct State {
     pub pods: HashMap<String, PodEntry>,
+    /// Pod directories whose removal failed, with the last reason (logged
+    /// at warn once, then at debug until it changes or succeeds).
+    pub refused_dirs: HashMap<String, String>,
 }
 
 pub(crate) struct Inner {

@@ -6,9 +6,11 @@
 //! volume's subPath mounts (upstream `CleanSubPaths` in `UnmountVolume`);
 //! when that fails, the volume stays in the actual state and is retried
 //! with backoff. Also the reconstruction of volumes (and subPath mounts)
-//! found on disk after a restart (upstream `reconstruct`), and, every 2 s,
+//! found on disk after a restart (upstream `reconstruct`), and, every 2 s in
+//! a task of its own (one pass at a time, never holding up the reconciler),
 //! the removal of directories of pods nobody knows (upstream housekeeping's
-//! `cleanupOrphanedPodDirs`).
+//! `cleanupOrphanedPodDirs`). A directory that cannot be removed is a
+//! warning once, then debug until the reason changes or it goes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,14 +68,32 @@ pub(super) async fn reconstruct(inner: &Arc<Inner>) {
 
 /// Runs until shutdown.
 pub(super) async fn run(inner: Arc<Inner>) {
-    let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
-    housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let housekeeping = inner.clone();
+    inner
+        .tracker
+        .spawn(housekeeping_loop(housekeeping).instrument(info_span!("housekeeping")));
     loop {
         reconcile(&inner);
         tokio::select! {
             () = inner.wake.notified() => {}
             () = tokio::time::sleep(LOOP_PERIOD) => {}
-            _ = housekeeping.tick() => cleanup_orphaned_pod_dirs(&inner).await,
+            () = inner.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// [`cleanup_orphaned_pod_dirs`] every [`HOUSEKEEPING_PERIOD`], one pass at
+/// a time, until shutdown (which also cuts a pass short).
+async fn housekeeping_loop(inner: Arc<Inner>) {
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+    housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = housekeeping.tick() => {}
+            () = inner.shutdown.cancelled() => return,
+        }
+        tokio::select! {
+            () = cleanup_orphaned_pod_dirs(&inner) => {}
             () = inner.shutdown.cancelled() => return,
         }
     }
@@ -100,6 +120,7 @@ async fn cleanup_orphaned_pod_dirs(inner: &Arc<Inner>) {
     let mut ops = Vec::new();
     {
         let mut st = inner.state.lock();
+        st.refused_dirs.retain(|u, _| uids.contains(u));
         for uid in uids {
             if st.pods.contains_key(&uid) || !(inner.may_clean_orphan)(&uid) {
                 continue;
@@ -229,15 +250,23 @@ async fn run_op(inner: &Arc<Inner>, op: Op) {
         Op::TearDown(uid, name) => tear_down(inner, &uid, &name).await,
         Op::RemoveDir(uid) => {
             let dir = inner.pods_dir.join(&uid);
-            match inner.ops.remove_pod_dir(&dir).await {
+            let result = inner.ops.remove_pod_dir(&dir).await;
+            let mut st = inner.state.lock();
+            match result {
                 Ok(()) => {
+                    st.refused_dirs.remove(&uid);
                     info!(dir = %dir.display(), "Removed the directory of a pod gone for good")
                 }
                 Err(e) => {
-                    warn!(error = %e, "Cannot remove pod directory; will retry at the next orphaned pod check")
+                    let e = e.to_string();
+                    if st.refused_dirs.get(&uid) == Some(&e) {
+                        debug!(error = %e, "Cannot remove pod directory; will retry at the next orphaned pod check");
+                    } else {
+                        warn!(error = %e, "Cannot remove pod directory; will retry at the next orphaned pod check");
+                        st.refused_dirs.insert(uid.clone(), e);
+                    }
                 }
             }
-            let mut st = inner.state.lock();
             match st.pods.get_mut(&uid) {
                 // The UID came back meanwhile: its volumes are set up anew.
                 Some(e) if e.desired => {

@@ -29,6 +29,10 @@ struct FakeOps {
     dirs: Mutex<Vec<String>>,
     /// How long the reconstruction takes.
     reconstruct_delay: Mutex<Duration>,
+    /// How long listing the pod directories takes.
+    list_delay: Mutex<Duration>,
+    /// Pod directory removals fail with this.
+    refuse_remove: Mutex<Option<String>>,
 }
 
 impl FakeOps {
@@ -101,6 +105,8 @@ impl VolumeOps for FakeOps {
         Ok(())
     }
     async fn list_pod_dirs(&self, _: &Path) -> Result<Vec<String>, kubelet_volume::Error> {
+        let delay = *self.list_delay.lock();
+        tokio::time::sleep(delay).await;
         Ok(self.dirs.lock().clone())
     }
     async fn reconstruct(&self, _: &Path) -> Vec<OnDisk> {
@@ -116,6 +122,9 @@ impl VolumeOps for FakeOps {
         self.calls.lock().push(format!("remove_dir {uid}"));
         let delay = *self.delay.lock();
         tokio::time::sleep(delay).await;
+        if let Some(e) = self.refuse_remove.lock().clone() {
+            return Err(kubelet_volume::Error::Invalid(e));
+        }
         self.calls.lock().push(format!("removed_dir {uid}"));
         self.dirs.lock().retain(|d| *d != uid);
         Ok(())
@@ -561,3 +570,63 @@ async fn a_kill_before_reconstruction_waits_for_the_volumes_found_on_disk() {
     assert_eq!(f.ops.calls(), vec!["clean_subpaths u1", "tear_down token"]);
     f.shutdown.cancel();
 }
+
+/// Counts warn-level events.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<usize>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *e.metadata().level() == tracing::Level::WARN {
+            *self.0.lock() += 1;
+        }
+    }
+}
+
+/// A pod directory that cannot be removed is retried every pass but is a
+/// warning once per reason, not every 2 s forever.
+#[tokio::test(start_paused = true)]
+async fn a_directory_that_cannot_be_removed_is_one_warning_per_reason() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let warnings = Warnings::default();
+    let _log =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+    let f = fixture(vec![]);
+    *f.ops.refuse_remove.lock() = Some("busy".into());
+    f.ops.dirs.lock().push("gone".into());
+    *f.orphans_ok.lock() = true;
+    for _ in 0..5 {
+        tokio::time::advance(HOUSEKEEPING_PERIOD_FOR_TESTS).await;
+        settle().await;
+    }
+    assert!(f.ops.count("remove_dir gone") >= 4, "{:?}", f.ops.calls());
+    assert_eq!(*warnings.0.lock(), 1, "one warning");
+    *f.ops.refuse_remove.lock() = Some("still busy".into());
+    for _ in 0..3 {
+        tokio::time::advance(HOUSEKEEPING_PERIOD_FOR_TESTS).await;
+        settle().await;
+    }
+    assert_eq!(*warnings.0.lock(), 2, "a new reason is a new warning");
+    *f.ops.refuse_remove.lock() = None;
+    tokio::time::advance(HOUSEKEEPING_PERIOD_FOR_TESTS).await;
+    settle().await;
+    assert!(f.ops.dirs.lock().is_empty(), "removed in the end");
+    assert_eq!(*warnings.0.lock(), 2);
+    f.shutdown.cancel();
+}
+
+/// A slow listing of the pod directories holds up no set-up.
+#[tokio::test(start_paused = true)]
+async fn a_slow_orphan_check_does_not_stall_the_reconciler() {
+    let f = fixture(vec![]);
+    *f.ops.list_delay.lock() = Duration::from_secs(25);
+    tokio::time::advance(HOUSEKEEPING_PERIOD_FOR_TESTS).await;
+    settle().await;
+    let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+    f.vm.wait_for_attach_and_mount_within(&p, Duration::from_secs(1))
+        .await
+        .expect("set up while the listing runs");
+    f.shutdown.cancel();
+}
+
+const HOUSEKEEPING_PERIOD_FOR_TESTS: Duration = Duration::from_secs(2);
