@@ -207,7 +207,15 @@ mod tests {
         );
         let desired = PodManager::default();
         desired.add_pod(Arc::new(static_pod("h1")));
-        let (_uid_tx, node_uid) = watch::channel(Some("node-uid".to_string()));
+        // NodeRestriction wants a mirror pod owned by the node's real Node.
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).expect("node");
+        let node = kube::Api::<k8s_openapi::api::core::v1::Node>::all(c.admin().await)
+            .create(&Default::default(), &node)
+            .await
+            .expect("create node");
+        let node_uid_value = node.metadata.uid.clone().expect("node uid");
+        let (_uid_tx, node_uid) = watch::channel(Some(node_uid_value.clone()));
         let m = MirrorManager {
             client,
             node_name: "n1".into(),
@@ -225,7 +233,10 @@ mod tests {
             "h1"
         );
         assert_eq!(m1["metadata"]["ownerReferences"][0]["kind"], "Node");
-        assert_eq!(m1["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+        assert_eq!(
+            m1["metadata"]["ownerReferences"][0]["uid"],
+            node_uid_value.as_str()
+        );
         assert_ne!(
             m1["metadata"]["uid"], "h1",
             "the apiserver gives the mirror its own uid"

@@ -417,7 +417,11 @@ mod tests {
         let admin: Api<Pod> = Api::namespaced(c.admin().await, "default");
         let started = tokio::time::Instant::now();
         let stream = pods
-            .watch(&WatchParams::default().timeout(3), "0")
+            // A node may watch only its own pods (1.32+ Node authorizer).
+            .watch(
+                &WatchParams::default().timeout(3).fields("spec.nodeName=n1"),
+                "0",
+            )
             .await
             .expect("watch");
         let reader = tokio::spawn(async move {
@@ -440,7 +444,7 @@ mod tests {
             tokio::time::sleep_until(started + Duration::from_millis(at)).await;
             let p: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": format!("p{i}")},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}))
             .expect("pod");
             admin.create(&PostParams::default(), &p).await.expect("pod");
         }
