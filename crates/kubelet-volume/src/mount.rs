@@ -146,10 +146,13 @@ pub fn mount_blocking(source: &str, target: &Path, fstype: &str, data: &str) -> 
 }
 
 /// The mount points at `dir` or below it, from `/proc/self/mountinfo`
-/// (what a recursive delete of `dir` would reach through).
+/// (what a recursive delete of `dir` would reach through). A missing `dir`
+/// has none; any other failure to resolve it (`EACCES`, `ELOOP`) is an
+/// error, never "nothing mounted".
 pub fn mounts_under_blocking(dir: &Path) -> Result<Vec<PathBuf>> {
-    let Ok(canonical) = std::fs::canonicalize(dir) else {
-        return Ok(Vec::new());
+    let canonical = match std::fs::canonicalize(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        r => r.map_err(Error::io("resolve", dir))?,
     };
     let info = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(Error::io("read", "/proc/self/mountinfo"))?;
@@ -259,6 +262,18 @@ mod tests {
     fn mountinfo_escapes_are_undone() {
         let info = "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 - ext3 /dev/root rw\n";
         assert_eq!(mount_points(info).collect::<Vec<_>>(), vec!["/mnt two"]);
+    }
+
+    #[test]
+    fn mounts_under_an_unresolvable_directory_is_an_error_not_none() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::os::unix::fs::symlink(&b, &a).expect("symlink");
+        std::os::unix::fs::symlink(&a, &b).expect("symlink");
+        let e = mounts_under_blocking(&a.join("pods")).expect_err("a symlink loop");
+        assert!(e.to_string().starts_with("resolve"), "{e}");
+        let none = mounts_under_blocking(&tmp.path().join("missing")).expect("missing");
+        assert!(none.is_empty());
     }
 
     #[tokio::test]
