@@ -128,10 +128,12 @@ impl Objects {
 }
 
 /// A kube error as an [`ObjectError`]: 404 is `NotFound` (upstream's
-/// `IsNotFound`), anything else keeps the client's message.
+/// `IsNotFound`: the reason, or the code when the body is no Status, as a
+/// 1.19 apiserver's plain-text `404 page not found` for a path it does not
+/// serve), anything else keeps the client's message.
 pub(crate) fn object_error(resource: &'static str, name: &str, e: kube::Error) -> ObjectError {
     match e {
-        kube::Error::Api(s) if s.is_not_found() => ObjectError::NotFound {
+        kube::Error::Api(s) if s.is_not_found() || s.code == 404 => ObjectError::NotFound {
             resource,
             name: name.to_string(),
         },
@@ -155,5 +157,25 @@ pub(crate) async fn with_deadline<T>(
 
 #[cfg(test)]
 mod api_tests;
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_text_404_is_not_found() {
+        // kube-rs's Status for a body that is no Status (1.19's
+        // `404 page not found` for a path it does not serve).
+        let s = kube::core::Status::failure("404 page not found", "Failed to parse error data")
+            .with_code(404);
+        assert!(matches!(
+            object_error(
+                "serviceaccounts/token",
+                "default",
+                kube::Error::Api(Box::new(s))
+            ),
+            ObjectError::NotFound { .. }
+        ));
+    }
+}
 #[cfg(test)]
 mod services_tests;
