@@ -425,3 +425,32 @@ async fn one_address_holds_at_most_its_share_of_places() {
         .expect("the silent connection gave way");
     assert!(!send.is_closed(), "the served connection keeps its place");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_http2_connection_shed_at_the_cap_gets_a_goaway() {
+    let limits = ServeLimits {
+        max_connections: 1,
+        ..ServeLimits::default()
+    };
+    let (addr, _stop) = plain(limits, Hold::new()).await;
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (mut h2, h2_conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    let h2_conn = tokio::spawn(h2_conn);
+    let req = http::Request::get("http://kubelet/ping")
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let resp = h2.send_request(req).await.expect("response");
+    resp.into_body().collect().await.expect("body");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mut send, _conn) = client(addr).await;
+    assert_eq!(get_body(&mut send, "/ping").await, "pong");
+    tokio::time::timeout(DEADLINE, h2_conn)
+        .await
+        .expect("the HTTP/2 connection was closed")
+        .expect("client task")
+        .expect("closed with a GOAWAY, not cut");
+}
