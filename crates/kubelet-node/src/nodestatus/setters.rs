@@ -172,9 +172,12 @@ pub fn node_info(m: &MachineInfo, runtime_version: &str, kubelet_version: &str) 
 }
 
 /// `images`: the 50 largest, each with up to 5 names (digests first, then tags).
+/// Equal sizes are ordered by first name: the runtime lists images in no set
+/// order, and an order that moved would read as a status change.
 pub fn images(list: &[cri::pb::Image]) -> Vec<ContainerImage> {
+    let first_name = |i: &cri::pb::Image| i.repo_digests.iter().chain(&i.repo_tags).next().cloned();
     let mut sorted: Vec<&cri::pb::Image> = list.iter().collect();
-    sorted.sort_by_key(|i| std::cmp::Reverse(i.size));
+    sorted.sort_by_cached_key(|i| (std::cmp::Reverse(i.size), first_name(i)));
     sorted
         .into_iter()
         .filter(|i| !i.repo_digests.is_empty() || !i.repo_tags.is_empty())
@@ -264,6 +267,34 @@ pub fn daemon_endpoints(port: u16) -> NodeDaemonEndpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_of_equal_size_are_ordered_by_first_name() {
+        let image = |name: &str, size: u64| cri::pb::Image {
+            repo_tags: vec![name.to_string()],
+            size,
+            ..Default::default()
+        };
+        let mut list: Vec<cri::pb::Image> = (0..60)
+            .map(|n| image(&format!("example.com/i{n:02}:1"), 7))
+            .collect();
+        list.push(image("example.com/big:1", 9));
+        let forward = images(&list);
+        list.reverse();
+        assert_eq!(
+            images(&list),
+            forward,
+            "the runtime's order does not matter"
+        );
+        let names: Vec<String> = forward
+            .iter()
+            .map(|i| i.names.clone().unwrap_or_default().join(","))
+            .collect();
+        assert_eq!(names.len(), MAX_IMAGES);
+        assert_eq!(names[0], "example.com/big:1");
+        assert_eq!(names[1], "example.com/i00:1");
+        assert_eq!(names[49], "example.com/i48:1");
+    }
 
     #[test]
     fn quantities_are_canonical() {
