@@ -17,8 +17,8 @@ use std::collections::HashSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume};
 
 pub use crate::field::{FieldError, aggregate, causes};
-pub use ephemeral::validate_pod_ephemeral_containers_update;
 use crate::field::{dns1123_label, dns1123_subdomain, supported};
+pub use ephemeral::validate_pod_ephemeral_containers_update;
 
 /// The annotation a mirror pod carries (`v1.MirrorPodAnnotationKey`).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
