@@ -24,8 +24,16 @@ pub(super) struct Cluster {
 }
 
 impl Cluster {
+    /// A 1.35 double, whatever `KUBELET_RS_APISERVER_PROFILE` says: these
+    /// tests check the newest release's behaviour (TokenRequest, the Node
+    /// authorizer's selectors, ephemeral containers); the 1.19 profile has
+    /// its own (`profile`, `profile_admission`).
     pub(super) async fn start() -> Self {
-        Self::start_with(Options::default()).await
+        Self::start_with(Options {
+            profile: crate::profile::Profile::V1_35,
+            ..Options::default()
+        })
+        .await
     }
 
     pub(super) async fn start_with(options: Options) -> Self {

@@ -158,6 +158,9 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
 async fn admitted_pods_reach_their_api_access_objects() {
     let c = Cluster::start_with(crate::Options {
         service_account_admission: true,
+        // The projected kube-api-access volume (1.21+); 1.19's secret-based
+        // token volume is in `profile_admission`.
+        profile: crate::profile::Profile::V1_35,
         ..crate::Options::default()
     })
     .await;

@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, S
 use kube::Api;
 use kube::api::PostParams;
 use kubelet_client::clock::SystemClock;
-use kubelet_test_util::Cluster;
+// Tokens need TokenRequest (not served by a default 1.19 apiserver) and the
+// service lister test checks the 1.31+ selector (services_tests has 1.19):
+// those tests pin 1.35.
+use kubelet_test_util::{Cluster, Profile};
 use kubelet_volume::host::TokenRequest;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -60,7 +63,7 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn a_pod_bound_token_is_requested_once_and_cached() {
-    let c = Cluster::start(Default::default()).await;
+    let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
     let pod = bound_pod(&c, "p", &[]).await;
     let stop = CancellationToken::new();
     let m = TokenManager::new(
@@ -95,7 +98,7 @@ async fn a_pod_bound_token_is_requested_once_and_cached() {
 
 #[tokio::test]
 async fn the_service_lister_follows_every_namespace() {
-    let c = Cluster::start(Default::default()).await;
+    let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
     let stop = CancellationToken::new();
     let client = c.node_client("n1").await;
     let compat = super::services::Compat {
@@ -226,7 +229,7 @@ async fn claims_and_their_volumes_are_read_by_name() {
 
 #[tokio::test]
 async fn removing_a_pod_drops_its_watches_and_tokens() {
-    let c = Cluster::start(Default::default()).await;
+    let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
     let pod: Pod = create(
         Api::namespaced(c.admin().await, "default"),
         serde_json::json!({
