@@ -21,7 +21,12 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(90);
 
+/// Creates a RuntimeClass through the version the double's release serves
+/// (`node.k8s.io/v1` from 1.20, `v1beta1` before).
 async fn runtime_class(j: &Joined, name: &str, handler: &str) {
+    if !j.api.profile().at_least(20) {
+        return runtime_class_v1beta1(j, name, handler).await;
+    }
     let rc: RuntimeClass = serde_json::from_value(json!({
         "metadata": {"name": name}, "handler": handler
     }))
@@ -30,6 +35,25 @@ async fn runtime_class(j: &Joined, name: &str, handler: &str) {
         .create(&PostParams::default(), &rc)
         .await
         .expect("create runtimeclass");
+}
+
+/// Creates a `node.k8s.io/v1beta1` RuntimeClass (no typed API for it).
+async fn runtime_class_v1beta1(j: &Joined, name: &str, handler: &str) {
+    let req = http::Request::post("/apis/node.k8s.io/v1beta1/runtimeclasses")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(
+                &json!({"apiVersion": "node.k8s.io/v1beta1", "kind": "RuntimeClass",
+                "metadata": {"name": name}, "handler": handler}),
+            )
+            .expect("body"),
+        )
+        .expect("request");
+    let _: Value = j
+        .admin
+        .request(req)
+        .await
+        .expect("create v1beta1 runtimeclass");
 }
 
 fn with_class(class: &str) -> Value {
@@ -132,21 +156,7 @@ async fn a_1_19_apiserver_serves_runtime_classes_as_v1beta1() {
         )
         .await;
     assert!(v1.is_err(), "a 1.19 apiserver has no node.k8s.io/v1");
-    let req = http::Request::post("/apis/node.k8s.io/v1beta1/runtimeclasses")
-        .header("content-type", "application/json")
-        .body(
-            serde_json::to_vec(
-                &json!({"apiVersion": "node.k8s.io/v1beta1", "kind": "RuntimeClass",
-                "metadata": {"name": "rc-beta"}, "handler": "runc"}),
-            )
-            .expect("body"),
-        )
-        .expect("request");
-    let _: Value = j
-        .admin
-        .request(req)
-        .await
-        .expect("create v1beta1 runtimeclass");
+    runtime_class_v1beta1(&j, "rc-beta", "runc").await;
     j.create_pod("rc-beta", with_class("rc-beta")).await;
     j.wait_api("rc-beta", T, "running through the v1beta1 class", running)
         .await;

@@ -5,7 +5,8 @@
 //!
 //! The double runs the ServiceAccount admission plugin, as a real apiserver
 //! does: pods are created as upstream's specs write them and get the
-//! `kube-api-access-*` volume from it.
+//! `kube-api-access-*` volume from it (1.21+), or the `default-token-*`
+//! secret volume on the 1.19 profile.
 
 use apiserver_double::Options;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -247,7 +248,19 @@ async fn service_account_token_specs() {
         ..Options::default()
     })
     .await;
-    tokio::join!(mount_api_token(&s), projected_tokens(&s));
+    if s.j.api.profile().at_least(20) {
+        tokio::join!(mount_api_token(&s), projected_tokens(&s));
+    } else {
+        // Only from 1.20: a default 1.19 apiserver (kubeadm adds the
+        // service-account issuer flags from 1.20) serves no TokenRequest, so
+        // a projected serviceAccountToken cannot be had there, from any
+        // kubelet; the API token comes from the token Secret instead.
+        eprintln!(
+            "service_accounts: {PROJECTED:?} does not apply to a 1.19 apiserver (no TokenRequest); \
+             {MOUNT_TOKEN:?} runs with the secret-based token volume"
+        );
+        mount_api_token(&s).await;
+    }
     s.finish("service_accounts").await;
 }
 
