@@ -277,7 +277,10 @@ async fn server_tls_bootstrap_serves_the_approved_certificate() -> anyhow::Resul
     };
     let mut usages = csr.spec.usages.clone().unwrap_or_default();
     usages.sort();
-    assert_eq!(usages, vec!["digital signature", "server auth"]);
+    assert_eq!(
+        usages,
+        vec!["digital signature", "key encipherment", "server auth"]
+    );
     let addr = node.handle().server_addr.ctx("server port")?;
     let c = NodeApiClient::new(addr, &ca, &node.name, Credentials::None)?;
     assert!(

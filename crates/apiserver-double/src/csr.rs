@@ -34,8 +34,11 @@ fn usages(obj: &Value) -> Vec<&str> {
 }
 
 /// Why an approved `kubernetes.io/kubelet-serving` CSR cannot be signed, if
-/// it cannot (upstream `ValidateKubeletServingCSR`, run by the signer).
-pub fn kubelet_serving_problem(obj: &Value) -> Option<String> {
+/// it cannot (upstream `ValidateKubeletServingCSR`, run by the signer). Up
+/// to 1.24 the usages must be exactly the three below
+/// (`pkg/apis/certificates/helpers.go` at release-1.19); from 1.25 key
+/// encipherment may be left out (kubernetes/kubernetes#111061).
+pub fn kubelet_serving_problem(obj: &Value, profile: crate::profile::Profile) -> Option<String> {
     let Some(pem) = request_pem(obj) else {
         return Some("spec.request is not a base64 PEM".into());
     };
@@ -64,7 +67,7 @@ pub fn kubelet_serving_problem(obj: &Value) -> Option<String> {
     }
     let u = usages(obj);
     if u != ["digital signature", "key encipherment", "server auth"]
-        && u != ["digital signature", "server auth"]
+        && (u != ["digital signature", "server auth"] || !profile.at_least(25))
     {
         return Some(
             "usages did not match [digital signature key encipherment server auth]".into(),
@@ -195,7 +198,7 @@ pub fn sign_if_approved(shared: &Shared, obj: &mut Value) {
     let Some(pem) = request_pem(obj) else { return };
     let lifetime = *shared.cert_lifetime.read();
     let signed = if serving {
-        match kubelet_serving_problem(obj) {
+        match kubelet_serving_problem(obj, shared.options.profile) {
             Some(problem) => Err(crate::pki::PkiError::Invalid(problem)),
             None => shared.ca.sign_serving_csr(
                 &pem,

@@ -104,10 +104,34 @@ async fn a_serving_csr_is_submitted_approved_by_an_admin_and_served_then_reused(
     assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kubelet-serving");
     assert_eq!(
         csr["spec"]["usages"],
-        serde_json::json!(["digital signature", "server auth"])
+        serde_json::json!(["digital signature", "key encipherment", "server auth"])
     );
     assert_eq!(csr["spec"]["username"], "system:node:node-a");
-    assert_eq!(apiserver_double::csr::kubelet_serving_problem(&csr), None);
+    // Signable by every release's signer, 1.19's included.
+    for p in apiserver_double::profile::Profile::ALL {
+        assert_eq!(
+            apiserver_double::csr::kubelet_serving_problem(&csr, p),
+            None
+        );
+    }
+    // Without key encipherment (what upstream kubelets send for ECDSA keys
+    // since 1.27), a signer before 1.25 would not sign it.
+    let mut short = csr.clone();
+    short["spec"]["usages"] = serde_json::json!(["digital signature", "server auth"]);
+    assert!(
+        apiserver_double::csr::kubelet_serving_problem(
+            &short,
+            apiserver_double::profile::Profile::V1_19
+        )
+        .is_some_and(|p| p.contains("usages did not match"))
+    );
+    assert_eq!(
+        apiserver_double::csr::kubelet_serving_problem(
+            &short,
+            apiserver_double::profile::Profile::V1_35
+        ),
+        None
+    );
     assert_eq!(
         apiserver_double::csr::kubelet_serving_requester_problem(&csr),
         None

@@ -2,8 +2,8 @@
 //! `NewKubeletServerCertificateManager` in `pkg/kubelet/certificate/kubelet.go`
 //! over client-go's `certificate.Manager`, with `serverTLSBootstrap`):
 //! - the request: signer `kubernetes.io/kubelet-serving`, subject
-//!   `O=system:nodes, CN=system:node:<node>`, usages digital signature and
-//!   server auth (the key is ECDSA, so no key encipherment), SANs from the
+//!   `O=system:nodes, CN=system:node:<node>`, usages digital signature, key
+//!   encipherment and server auth (what signers before 1.25 require), SANs from the
 //!   node's addresses (Hostname/InternalDNS/ExternalDNS as DNS names,
 //!   InternalIP/ExternalIP as IPs); nothing is requested before the node has
 //!   an address;
@@ -42,8 +42,11 @@ use crate::error::blocking;
 
 /// The signer of kubelet serving certificates.
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
-/// The usages requested for an ECDSA serving key, in upstream order.
-pub const USAGES: [&str; 2] = ["digital signature", "server auth"];
+/// The usages requested, in upstream order. Key encipherment too, although
+/// the key is ECDSA: signers before 1.25 sign only this exact set, and
+/// upstream kubelets requested it through 1.26 (newer ones drop it for
+/// ECDSA keys, which every release from 1.25 accepts either way).
+pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 /// How long one request waits for approval and issuance (upstream
 /// `certificateWaitTimeout`).
 pub const CSR_TIMEOUT: Duration = Duration::from_secs(15 * 60);

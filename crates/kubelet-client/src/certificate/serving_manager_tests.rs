@@ -161,7 +161,10 @@ async fn requests_at_once_then_rotates_between_70_and_90_percent() {
         let r = signer.requests.lock();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].1, "kubernetes.io/kubelet-serving");
-        assert_eq!(r[0].2, ["digital signature", "server auth"]);
+        assert_eq!(
+            r[0].2,
+            ["digital signature", "key encipherment", "server auth"]
+        );
         assert_eq!(r[0].3, ["node-a", "10.0.0.5"]);
     }
     let info = cert.info().expect("info");
