@@ -21,8 +21,21 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo test (unit + integration against containerd)"
-cargo test --workspace --locked 2>&1 | tee /tmp/kubelet-rs-test.log
+echo "== cargo test (unit + integration against containerd; apiserver double as 1.35)"
+KUBELET_RS_APISERVER_PROFILE=1.35 cargo test --workspace --locked 2>&1 | tee /tmp/kubelet-rs-test.log
+
+# Every test that starts the apiserver double runs again with the double
+# behaving as a 1.19 apiserver (crates/apiserver-double/src/profile.rs): the
+# unit tests, and each integration test whose file uses the cluster harness.
+echo "== cargo test again against the 1.19 apiserver profile"
+targets=()
+for name in $(sed -n 's/^name = "\(.*\)"$/\1/p' tests/Cargo.toml); do
+  if [ -f "tests/$name.rs" ] && grep -qE 'Joined::|Suite::|Cluster::' "tests/$name.rs"; then
+    targets+=(--test "$name")
+  fi
+done
+KUBELET_RS_APISERVER_PROFILE=1.19 cargo test --workspace --locked --lib "${targets[@]}" 2>&1 |
+  tee -a /tmp/kubelet-rs-test.log
 passed=$(grep -Eo '^test result: ok\. [0-9]+ passed' /tmp/kubelet-rs-test.log | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' /tmp/kubelet-rs-test.log | awk '{s+=$1} END {print s+0}')
 echo "$passed passed, $failed failed"

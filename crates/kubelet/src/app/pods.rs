@@ -196,10 +196,13 @@ impl Pipeline<'_> {
                 host_ips: self.host_ips.iter().map(ToString::to_string).collect(),
                 cluster_domain: cfg.cluster_domain.clone(),
                 node_hosts: "/etc/hosts".into(),
-                runtime_classes: self
-                    .client
-                    .clone()
-                    .map(crate::runtimeclass::RuntimeClassManager::new),
+                runtime_classes: self.client.clone().map(|c| {
+                    let m = crate::runtimeclass::RuntimeClassManager::new(c);
+                    match &self.discovery {
+                        Some(d) => m.with_discovery(d.clone(), self.metrics.clone()),
+                        None => m,
+                    }
+                }),
             },
         ));
         let probes = super::probes::probe_manager(
