@@ -15,10 +15,10 @@
 //! when its mount id differs from its parent's. Symlinks are removed, never
 //! followed. All of it is blocking.
 
-use std::ffi::{CStr, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
@@ -66,9 +66,20 @@ fn remove_tree(path: &Path, dirs_only: bool) -> Result<()> {
     walk(&root, dirs_only)
 }
 
+/// How many directory levels below the root the walk descends. Each level
+/// holds its directory open, so this also bounds the descriptors one walk
+/// holds. Names are relative, so nothing else stops the walk at `PATH_MAX`,
+/// and a container can `mkdir -p` far deeper: such a tree is refused with an
+/// error, nothing below the limit removed (the tear-down fails and retries).
+const MAX_DEPTH: usize = 512;
+
 /// Removes the directory `root` (already resolved, not a symlink) and
 /// everything below it by descriptor, refusing any mount crossing.
 fn walk(root: &Path, dirs_only: bool) -> Result<()> {
+    walk_limited(root, dirs_only, MAX_DEPTH)
+}
+
+fn walk_limited(root: &Path, dirs_only: bool, max_depth: usize) -> Result<()> {
     let fd = match nix::fcntl::open(
         root,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -77,43 +88,108 @@ fn walk(root: &Path, dirs_only: bool) -> Result<()> {
         Err(Errno::ENOENT) => return Ok(()),
         r => r.map_err(mount_err("open", root))?,
     };
-    clear_dir(fd, root, dirs_only)?;
+    clear_tree(fd, root, dirs_only, max_depth)?;
     match std::fs::remove_dir(root) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", root)(e)),
         _ => Ok(()),
     }
 }
 
-/// Removes everything in the directory open at `fd` (`path` names it in
-/// errors), never leaving its mount.
-fn clear_dir(fd: OwnedFd, path: &Path, dirs_only: bool) -> Result<()> {
-    let mut dir = Dir::from_fd(fd).map_err(mount_err("open directory", path))?;
+/// A directory's entries (name, `readdir`'s type hint), the next one last.
+type Entries = Vec<(CString, Option<Type>)>;
+
+/// One open directory of the walk.
+struct Frame {
+    dir: Dir,
+    /// Its name in the directory below it on the stack (empty for the root).
+    name: CString,
+    /// Its entries not yet removed.
+    entries: Entries,
+}
+
+/// Removes everything in the directory open at `fd` (`root` names it),
+/// never leaving its mount and never more than `max_depth` levels down.
+/// Depth first, with the open directories on a heap stack rather than the
+/// call stack; a path is built only for an error.
+fn clear_tree(fd: OwnedFd, root: &Path, dirs_only: bool, max_depth: usize) -> Result<()> {
+    let (dir, entries) = read_dir(fd, &|| root.to_path_buf())?;
+    let mut stack = vec![Frame {
+        dir,
+        name: CString::default(),
+        entries,
+    }];
+    while let Some(top) = stack.last_mut() {
+        let Some((name, kind)) = top.entries.pop() else {
+            // Emptied: remove it from its parent (the root is the caller's).
+            if let (Some(done), Some(parent)) = (stack.pop(), stack.last()) {
+                match nix::unistd::unlinkat(
+                    &parent.dir,
+                    done.name.as_c_str(),
+                    UnlinkatFlags::RemoveDir,
+                ) {
+                    Err(Errno::ENOENT) => {}
+                    r => r.map_err(mount_err_at("remove", &|| {
+                        path_of(root, &stack, &done.name)
+                    }))?,
+                }
+            }
+            continue;
+        };
+        let path = || path_of(root, &stack, &name);
+        let Some(parent) = stack.last() else { break };
+        let Some(child) = remove_entry(&parent.dir, &name, kind, dirs_only, &path)? else {
+            continue;
+        };
+        if stack.len() > max_depth {
+            return Err(Error::Invalid(format!(
+                "cannot remove {}: directories nested more than {max_depth} levels deep",
+                root.display()
+            )));
+        }
+        let (dir, entries) = read_dir(child, &path)?;
+        stack.push(Frame { dir, name, entries });
+    }
+    Ok(())
+}
+
+/// The entries of the directory open at `fd`, but `.` and `..`.
+fn read_dir(fd: OwnedFd, path: &dyn Fn() -> PathBuf) -> Result<(Dir, Entries)> {
+    let mut dir = Dir::from_fd(fd).map_err(mount_err_at("open directory", path))?;
     let mut entries = Vec::new();
     for entry in dir.iter() {
-        let entry = entry.map_err(mount_err("read directory", path))?;
+        let entry = entry.map_err(mount_err_at("read directory", path))?;
         let name = entry.file_name();
         if name.to_bytes() == b"." || name.to_bytes() == b".." {
             continue;
         }
         entries.push((name.to_owned(), entry.file_type()));
     }
-    for (name, kind) in entries {
-        let child = path.join(OsStr::from_bytes(name.to_bytes()));
-        remove_entry(&dir, &name, &child, kind, dirs_only)?;
-    }
-    Ok(())
+    entries.reverse();
+    Ok((dir, entries))
 }
 
-/// Removes the entry `name` of the directory `parent`. `kind` is only a
-/// hint (what `readdir` said); the entry may have changed since, so every
-/// step is relative to `parent` and checked again.
+/// The path of `name` in the directory on top of `stack` (for errors only).
+fn path_of(root: &Path, stack: &[Frame], name: &CStr) -> PathBuf {
+    let mut path = root.to_path_buf();
+    for frame in stack.iter().skip(1) {
+        path.push(OsStr::from_bytes(frame.name.to_bytes()));
+    }
+    path.push(OsStr::from_bytes(name.to_bytes()));
+    path
+}
+
+/// Removes the entry `name` of the directory `parent`, but a directory:
+/// that is opened and returned, for the caller to empty and then remove.
+/// `kind` is only a hint (what `readdir` said); the entry may have changed
+/// since, so every step is relative to `parent` and checked again. `path`
+/// names the entry in errors.
 fn remove_entry(
     parent: &Dir,
     name: &CStr,
-    path: &Path,
     kind: Option<Type>,
     dirs_only: bool,
-) -> Result<()> {
+    path: &dyn Fn() -> PathBuf,
+) -> Result<Option<OwnedFd>> {
     if !dirs_only && matches!(kind, Some(k) if k != Type::Directory) {
         match unlink_leaf(parent, name, path) {
             // A directory took its place: remove it as one.
@@ -121,34 +197,28 @@ fn remove_entry(
                 source: Errno::EISDIR,
                 ..
             }) => {}
-            r => return r,
+            r => return r.map(|()| None),
         }
     }
     match open_child_dir(parent, name) {
-        Ok(fd) => {
-            clear_dir(fd, path, dirs_only)?;
-            match nix::unistd::unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
-                Err(Errno::ENOENT) => Ok(()),
-                r => r.map_err(mount_err("remove", path)),
-            }
-        }
-        Err(Errno::ENOENT) => Ok(()),
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::ENOENT) => Ok(None),
         // Not a directory, or a symlink (never followed): remove the entry
         // itself, which for a symlink is the link.
-        Err(Errno::ENOTDIR | Errno::ELOOP) if dirs_only => Err(not_a_directory(path)),
-        Err(Errno::ENOTDIR | Errno::ELOOP) => unlink_leaf(parent, name, path),
+        Err(Errno::ENOTDIR | Errno::ELOOP) if dirs_only => Err(not_a_directory(&path())),
+        Err(Errno::ENOTDIR | Errno::ELOOP) => unlink_leaf(parent, name, path).map(|()| None),
         Err(Errno::EXDEV) => Err(Error::Invalid(format!(
             "cannot delete {}: it is a mount point or on another file system",
-            path.display()
+            path().display()
         ))),
-        Err(e) => Err(mount_err("open", path)(e)),
+        Err(e) => Err(mount_err_at("open", path)(e)),
     }
 }
 
-fn unlink_leaf(parent: &Dir, name: &CStr, path: &Path) -> Result<()> {
+fn unlink_leaf(parent: &Dir, name: &CStr, path: &dyn Fn() -> PathBuf) -> Result<()> {
     match nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
         Err(Errno::ENOENT) => Ok(()),
-        r => r.map_err(mount_err("remove", path)),
+        r => r.map_err(mount_err_at("remove", path)),
     }
 }
 
@@ -216,6 +286,18 @@ fn mount_err(context: &'static str, path: &Path) -> impl FnOnce(Errno) -> Error 
     move |source| Error::Mount {
         context,
         path,
+        source,
+    }
+}
+
+/// [`mount_err`] with the path built only on an error.
+fn mount_err_at<'a>(
+    context: &'static str,
+    path: &'a dyn Fn() -> PathBuf,
+) -> impl FnOnce(Errno) -> Error + 'a {
+    move |source| Error::Mount {
+        context,
+        path: path(),
         source,
     }
 }
@@ -339,14 +421,99 @@ mod tests {
             Mode::empty(),
         )
         .expect("open");
-        remove_entry(&parent, c"d", &dir.join("d"), Some(Type::Directory), false)
-            .expect("link removed");
+        let path = || dir.join("d");
+        let child =
+            remove_entry(&parent, c"d", Some(Type::Directory), false, &path).expect("link removed");
+        assert!(child.is_none(), "not descended into");
         assert!(std::fs::symlink_metadata(dir.join("d")).is_err());
         assert_eq!(std::fs::read(outside.join("keep")).expect("kept"), b"host");
         std::os::unix::fs::symlink(&outside, dir.join("d")).expect("symlink");
-        let e = remove_entry(&parent, c"d", &dir.join("d"), Some(Type::Directory), true)
-            .expect_err("dirs only");
+        let e =
+            remove_entry(&parent, c"d", Some(Type::Directory), true, &path).expect_err("dirs only");
         assert!(e.to_string().contains("not a directory"), "{e}");
         assert_eq!(std::fs::read(outside.join("keep")).expect("kept"), b"host");
+    }
+
+    const DIR: OFlag = OFlag::O_RDONLY
+        .union(OFlag::O_DIRECTORY)
+        .union(OFlag::O_CLOEXEC);
+
+    /// Nests `levels` directories `name` under `dir` by descriptor (so past
+    /// `PATH_MAX` too), with a file `f` in the deepest.
+    fn nest(dir: &Path, name: &CStr, levels: usize) {
+        let mut fd = nix::fcntl::open(dir, DIR, Mode::empty()).expect("open");
+        for _ in 0..levels {
+            nix::sys::stat::mkdirat(&fd, name, Mode::from_bits_truncate(0o755)).expect("mkdirat");
+            fd = nix::fcntl::openat(&fd, name, DIR, Mode::empty()).expect("openat");
+        }
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_CLOEXEC;
+        nix::fcntl::openat(&fd, c"f", flags, Mode::from_bits_truncate(0o644)).expect("create");
+    }
+
+    /// How many levels of `name` are left under `dir`, and whether the
+    /// deepest holds `f`.
+    fn depth_left(dir: &Path, name: &CStr) -> (usize, bool) {
+        let mut fd = nix::fcntl::open(dir, DIR, Mode::empty()).expect("open");
+        let mut levels = 0;
+        while let Ok(child) = nix::fcntl::openat(&fd, name, DIR, Mode::empty()) {
+            fd = child;
+            levels += 1;
+        }
+        let f = nix::sys::stat::fstatat(&fd, c"f", nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+        (levels, f.is_ok())
+    }
+
+    /// Deeper than the limit (and than `PATH_MAX`): an error, no crash, and
+    /// nothing below the limit removed; the tree can still go later.
+    #[test]
+    fn a_tree_deeper_than_the_limit_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("pod");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let name = c"dddddddddddddddddddddddddddddd";
+        let levels = MAX_DEPTH + 20;
+        assert!(levels * (name.to_bytes().len() + 1) > 4096, "past PATH_MAX");
+        nest(&dir, name, levels);
+        std::fs::write(dir.join("etc-hosts"), b"x").expect("write");
+        let e = remove_all_one_filesystem_blocking(&dir).expect_err("too deep");
+        assert!(e.to_string().contains("more than 512 levels"), "{e}");
+        assert!(e.to_string().len() < 4096, "short message: {e}");
+        assert_eq!(
+            depth_left(&dir, name),
+            (levels, true),
+            "nothing removed below"
+        );
+        walk_limited(&dir, false, levels).expect("removed with a higher limit");
+        assert!(!dir.exists());
+    }
+
+    /// A deep tree within the limit goes, on a small stack: the walk does
+    /// not recurse. A limit of 2 refuses the third level below the root.
+    #[test]
+    fn a_deep_tree_within_the_limit_is_removed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("pod");
+        std::fs::create_dir(&dir).expect("mkdir");
+        nest(&dir, c"d", 300);
+        std::fs::create_dir_all(dir.join("d/d/e")).expect("mkdir");
+        std::fs::write(dir.join("d/d/e/g"), b"x").expect("write");
+        let root = dir.clone();
+        std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || remove_all_one_filesystem_blocking(&root))
+            .expect("spawn")
+            .join()
+            .expect("no overflow")
+            .expect("removed");
+        assert!(!dir.exists());
+
+        nest(tmp.path(), c"s", 4);
+        let top = tmp.path().join("s");
+        let e = walk_limited(&top, false, 2).expect_err("limit 3 below the root");
+        assert!(e.to_string().contains("more than 2 levels"), "{e}");
+        assert_eq!(depth_left(&top, c"s"), (3, true));
+        walk_limited(&top, true, 3).expect_err("dirs only still refuses f");
+        walk_limited(&top, false, 3).expect("three levels below the root");
+        assert!(!top.exists());
     }
 }
