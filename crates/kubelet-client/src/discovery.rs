@@ -19,6 +19,9 @@ use tracing::{info, warn};
 
 use crate::Error;
 
+/// How often [`Discovery::keep_current`] reads the apiserver again.
+pub const REREAD_PERIOD: Duration = Duration::from_secs(600);
+
 /// How long each of the three discovery reads may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -152,6 +155,17 @@ impl Discovery {
                 warn!(error = %e, "Cannot read the apiserver's version and discovery");
                 Err(e)
             }
+        }
+    }
+
+    /// Reads at once (until a read succeeds), then again every
+    /// [`REREAD_PERIOD`], so that an apiserver upgraded or rolled back
+    /// during an outage is seen within that period; never returns.
+    pub async fn keep_current(&self) {
+        self.refresh_until_known().await;
+        loop {
+            tokio::time::sleep(REREAD_PERIOD).await;
+            let _ = self.refresh().await;
         }
     }
 

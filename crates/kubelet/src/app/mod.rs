@@ -229,7 +229,7 @@ impl App {
                 async move {
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        _ = first.refresh_until_known() => {}
+                        () = first.keep_current() => {}
                     }
                 }
             });

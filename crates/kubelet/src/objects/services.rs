@@ -189,6 +189,9 @@ async fn run(api: Api<Service>, compat: Compat, store: Arc<Store>, stop: Cancell
     };
     let mut form = Form::for_server(info.as_deref());
     let mut version = info.map(|i| i.git_version.clone()).unwrap_or_default();
+    // The version of the apiserver that refused the selector: it is not
+    // asked again until the version changes.
+    let mut refused_by: Option<String> = None;
     loop {
         if form == Form::AllServices {
             warn!(server_version = %version,
@@ -199,27 +202,55 @@ async fn run(api: Api<Service>, compat: Compat, store: Arc<Store>, stop: Cancell
         if let Some(m) = &compat.metrics {
             m.set_apiserver_fallback("services_list_watch", form.choice(), &version);
         }
-        match watch(&api, form, &compat, &store, &stop).await {
+        match watch(&api, form, &version, &compat, &store, &stop).await {
             Ended::Stopped => return,
             Ended::SelectorRefused => {
                 form = Form::AllServices;
-                if let Ok(i) = compat.discovery.refresh().await {
+                let refreshed = tokio::select! {
+                    () = stop.cancelled() => return,
+                    r = compat.discovery.refresh() => r,
+                };
+                if let Ok(i) = refreshed {
                     version = i.git_version.clone();
                 }
+                refused_by = Some(version.clone());
+            }
+            Ended::ServerChanged(i) => {
+                version = i.git_version.clone();
+                form = if refused_by.as_deref() == Some(version.as_str()) {
+                    Form::AllServices
+                } else {
+                    Form::for_server(Some(&i))
+                };
             }
         }
     }
 }
 
+/// Whether `info`, read after the watch started against `version`, is
+/// another release that wants the other form; says so.
+fn changed_form(info: &ServerInfo, version: &str, form: Form) -> bool {
+    let changed = info.git_version != version && Form::for_server(Some(info)) != form;
+    if changed {
+        info!(server_version = %info.git_version, previous = %version,
+            "The apiserver is another release now; choosing the Services watch form again");
+    }
+    changed
+}
+
 enum Ended {
     Stopped,
     SelectorRefused,
+    /// The apiserver came back as another version (upgraded or rolled
+    /// back during an outage): the form is chosen again.
+    ServerChanged(Arc<ServerInfo>),
 }
 
 /// One list-and-watch in `form`: relist on 410, backoff on errors.
 async fn watch(
     api: &Api<Service>,
     form: Form,
+    version: &str,
     compat: &Compat,
     store: &Store,
     stop: &CancellationToken,
@@ -229,10 +260,21 @@ async fn watch(
     let mut listing: Option<HashMap<ObjectKey, Service>> = None;
     let mut healthy = true;
     let mut last_refusal: Option<(u16, tokio::time::Instant)> = None;
+    // Whoever reads the apiserver again (this watch after a failure, the
+    // periodic discovery) may find another release.
+    let mut server = compat.discovery.subscribe();
+    server.mark_unchanged();
     loop {
         let ev = tokio::select! {
             biased;
             () = stop.cancelled() => return Ended::Stopped,
+            Ok(()) = server.changed() => {
+                let info = server.borrow_and_update().clone();
+                if let Some(i) = info.filter(|i| changed_form(i, version, form)) {
+                    return Ended::ServerChanged(i);
+                }
+                continue;
+            }
             ev = stream.next() => match ev { Some(ev) => ev, None => return Ended::Stopped },
         };
         match ev {
@@ -294,7 +336,15 @@ async fn watch(
             healthy = true;
             last_refusal = None;
             // The apiserver may have been upgraded or rolled back meanwhile.
-            let _ = compat.discovery.refresh().await;
+            let refreshed = tokio::select! {
+                () = stop.cancelled() => return Ended::Stopped,
+                r = compat.discovery.refresh() => r,
+            };
+            if let Ok(i) = refreshed
+                && changed_form(&i, version, form)
+            {
+                return Ended::ServerChanged(i);
+            }
         }
     }
 }

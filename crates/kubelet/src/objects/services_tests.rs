@@ -174,3 +174,57 @@ async fn on_a_1_35_apiserver_the_field_selector_is_used() {
     );
     stop.cancel();
 }
+
+#[tokio::test]
+async fn an_apiserver_upgraded_during_an_outage_gets_the_selector_again() {
+    let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
+    let stop = CancellationToken::new();
+    let metrics = Arc::new(KubeletMetrics::new());
+    // It was a 1.30 apiserver when the kubelet started.
+    let discovery = Discovery::with_info(
+        c.node_client("n1").await,
+        ServerInfo {
+            git_version: "v1.30.9".into(),
+            major: 1,
+            minor: 30,
+            group_versions: ["v1".to_string()].into(),
+        },
+    );
+    let shared = discovery.clone();
+    let l = lister(&c, move |_| shared, metrics.clone(), &stop).await;
+    eventually("the lister syncs", || l.has_synced()).await;
+    assert!(
+        service_queries(&c)
+            .iter()
+            .all(|q| !q.contains("fieldSelector")),
+        "no selector for a 1.30 apiserver"
+    );
+    // An outage; it comes back as 1.35 (the double's release), which the
+    // next discovery read (after the outage, or the periodic one) finds.
+    c.api.set_up(false);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.api.set_up(true);
+    discovery.refresh().await.expect("discovery");
+    let selected = || {
+        service_queries(&c)
+            .iter()
+            .any(|q| q.contains("fieldSelector=spec.clusterIP%21%3DNone"))
+    };
+    let ok = tokio::time::timeout(Duration::from_secs(60), async {
+        while !selected() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "the selector is used again: {:?}",
+        service_queries(&c)
+    );
+    assert!(
+        metrics
+            .render()
+            .contains(r#"choice="field_selector_spec_cluster_ip",server_version="v1.35"#)
+    );
+    stop.cancel();
+}
