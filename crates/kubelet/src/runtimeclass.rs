@@ -40,7 +40,8 @@ pub struct RuntimeClassManager {
     discovery: Option<kubelet_client::discovery::Discovery>,
     /// Where the version in use is exposed, and whether it was logged.
     metrics: Option<std::sync::Arc<kubelet_metrics::KubeletMetrics>>,
-    reported: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The apiserver release and version choice last reported.
+    reported: std::sync::Arc<parking_lot::Mutex<Option<(String, bool)>>>,
 }
 
 impl RuntimeClassManager {
@@ -68,16 +69,16 @@ impl RuntimeClassManager {
     }
 
     /// Whether the apiserver is known to serve no `node.k8s.io/v1` (1.19);
-    /// says so once, with the server's version.
+    /// says so once per apiserver release, with its version.
     fn v1beta1_only(&self) -> bool {
         let Some(info) = self.discovery.as_ref().and_then(|d| d.current()) else {
             return false;
         };
         let beta = !info.serves("node.k8s.io/v1") && info.serves("node.k8s.io/v1beta1");
-        if !self
-            .reported
-            .swap(true, std::sync::atomic::Ordering::AcqRel)
-        {
+        let now = Some((info.git_version.clone(), beta));
+        let mut reported = self.reported.lock();
+        if *reported != now {
+            *reported = now;
             let choice = if beta {
                 "node_k8s_io_v1beta1"
             } else {
