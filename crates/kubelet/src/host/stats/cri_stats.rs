@@ -9,9 +9,10 @@
 //! asked on its own (`ContainerStats`, `PodSandboxStats`) and only the ones
 //! that fail are left out. The failed list call is then skipped for a while,
 //! and the per-item calls are bounded (see [`super::batch_backoff`]): one
-//! slow item costs a short deadline, one collection a few seconds, and a
-//! failure repeating every scrape is logged at `warn` once. A pod without
-//! sandbox stats then reports the sum
+//! slow item costs a short deadline (and is then not asked for a minute),
+//! one collection a few seconds, the items left out for lack of time are
+//! asked first the next time, and a failure repeating every scrape is
+//! logged at `warn` once. A pod without sandbox stats then reports the sum
 //! of its containers, or its pod cgroup when its containers have none
 //! either. A runtime older than CRI sandbox stats (`Unimplemented`, before
 //! containerd 1.6) is handled the same way without the per-sandbox calls.
@@ -26,9 +27,9 @@
 //! `list_container_stats`, `container_stats`, `list_podsandbox_stats`,
 //! `podsandbox_stats`, `image_fs_info`, `list_podsandbox` or
 //! `list_containers`; so a failing batch and each sandbox or container left
-//! out (or not asked in time) show there.
+//! out (or not asked in time, or skipped after timing out) show there.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -36,7 +37,9 @@ use cri::{CriError, RemoteRuntime, RuntimeService, pb};
 use kubelet_metrics::KubeletMetrics;
 use kubelet_runtime::instrumented::record;
 
-use super::batch_backoff::{BATCH_BACKOFF, Batch, Budget, StatsFallback, warn_once};
+use super::batch_backoff::{
+    BATCH_BACKOFF, Batch, Budget, ITEM_BACKOFF, Outcome, Plan, StatsFallback, warn_once,
+};
 use super::{ChosenPod, choose};
 
 /// The CRI calls a stats collection makes (upstream's `internalapi`
@@ -219,14 +222,18 @@ impl Item {
     }
 }
 
-/// The pseudo-ID under which running out of [`Budget`] is remembered, to
-/// warn of it once.
-const OUT_OF_TIME: &str = "\0out-of-time";
+/// The fallback ran out of [`Budget`] (logged at `warn` once).
+const OUT_OF_TIME: &str = "out of time";
 
-/// Asks for the stats of each of `ids` (one call at a time, see [`gather`]),
-/// each under [`ITEM_TIMEOUT`](super::batch_backoff::ITEM_TIMEOUT) and all
-/// within the collection's `budget`; the ones that fail or are not asked in
-/// time are left out and counted as failed.
+/// An item call found the runtime unavailable or without the call (logged
+/// at `warn` once).
+const STOPPED: &str = "stopped";
+
+/// Asks for the stats of each of `ids` (one call at a time, see [`gather`],
+/// in the order of [`Batch::plan`]), each under
+/// [`ITEM_TIMEOUT`](super::batch_backoff::ITEM_TIMEOUT) and all within the
+/// collection's `budget`; the ones that fail, are not asked in time or are
+/// skipped after timing out are left out and counted as failed.
 async fn per_item<T, F, Fut>(
     metrics: &KubeletMetrics,
     batch: &Batch,
@@ -240,21 +247,31 @@ where
     Fut: std::future::Future<Output = Result<Option<T>, CriError>>,
 {
     let (op, op_type) = item.op();
+    let Plan { ask, skipped } = batch.plan(ids);
+    if !skipped.is_empty() {
+        for _ in &skipped {
+            metrics.record_runtime_operation(op_type, Duration::ZERO, true);
+        }
+        tracing::debug!(
+            skipped = skipped.len(),
+            operation = op,
+            backoff = ?ITEM_BACKOFF,
+            "Not asking for the stats of items that timed out recently"
+        );
+    }
     let mut out = HashMap::new();
-    let mut failing = HashSet::new();
-    for (i, id) in ids.iter().enumerate() {
+    for (i, id) in ask.iter().enumerate() {
         let Some(timeout) = budget.next_timeout() else {
-            let left = ids.len() - i;
+            let left = ask.len() - i;
             for _ in 0..left {
                 metrics.record_runtime_operation(op_type, Duration::ZERO, true);
             }
             warn_once!(
-                batch.first_item_failure(OUT_OF_TIME),
+                batch.first_condition(OUT_OF_TIME),
                 left,
                 operation = op,
                 "Stats collection out of time; leaving out the rest"
             );
-            failing.insert(OUT_OF_TIME.to_string());
             break;
         };
         let call = tokio::time::timeout(timeout, call(id.clone()));
@@ -263,21 +280,30 @@ where
         })
         .await;
         match res {
-            Ok(Some(s)) => {
-                out.insert(id.clone(), s);
+            Ok(s) => {
+                batch.asked(id, Outcome::Answered);
+                if let Some(s) = s {
+                    out.insert(id.clone(), s);
+                }
             }
-            Ok(None) => {}
             Err(e) if matches!(e, CriError::Unavailable { .. }) || unimplemented(&e) => {
-                tracing::warn!(error = %e, operation = op, "Unable to get stats; leaving out the rest");
+                warn_once!(
+                    batch.first_condition(STOPPED),
+                    error = %e,
+                    operation = op,
+                    "Unable to get stats; leaving out the rest"
+                );
                 break;
             }
             Err(e) => {
-                item.log_failure(batch.first_item_failure(id), id, &e);
-                failing.insert(id.clone());
+                let outcome = match e {
+                    CriError::Timeout { .. } => Outcome::TimedOut,
+                    _ => Outcome::Failed,
+                };
+                item.log_failure(batch.asked(id, outcome), id, &e);
             }
         }
     }
-    batch.items_failed(failing);
     out
 }
 

@@ -92,7 +92,7 @@ mod runtime_failures {
     use kubelet_metrics::parse::parse;
     use kubelet_server::stats::resource;
 
-    use super::batch_backoff::{BATCH_BACKOFF, FALLBACK_BUDGET, ITEM_TIMEOUT};
+    use super::batch_backoff::{BATCH_BACKOFF, FALLBACK_BUDGET, ITEM_BACKOFF, ITEM_TIMEOUT};
     use super::*;
 
     #[async_trait::async_trait]
@@ -545,6 +545,99 @@ mod runtime_failures {
             (10.0, 8.0),
             "the bad one, five timed out, two not asked in time"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_does_not_leave_out_the_same_items_every_time() {
+        let node = Node::new();
+        let mut hanging = Vec::new();
+        for i in 3..10 {
+            let (_, ids) = node
+                .fake
+                .add_running_pod(&format!("u{i}"), &format!("p{i}"), 1);
+            hanging.extend(ids);
+        }
+        let (_, late) = node.fake.add_running_pod("u10", "p10", 1);
+        node.fake
+            .set_container_usage(&late[0], 1_000_000_000, 11 * MIB);
+        node.fake.fail_stats(&node.containers[0]);
+        node.hang.lock().extend(hanging);
+
+        let s = node.collect(false).await.expect("a summary");
+        assert_eq!(container_ws(pod(&s, "u10")), None, "not asked in time");
+
+        let start = tokio::time::Instant::now();
+        let s = node.collect(false).await.expect("a summary");
+        assert_eq!(
+            container_ws(pod(&s, "u10")),
+            Some(11 * MIB),
+            "left out last time: asked first"
+        );
+        assert_eq!(container_ws(pod(&s, "u2")), Some(3 * MIB));
+        assert_eq!(
+            start.elapsed(),
+            2 * ITEM_TIMEOUT,
+            "the five that timed out are not asked again, the two left out time out"
+        );
+
+        let start = tokio::time::Instant::now();
+        let s = node.collect(false).await.expect("a summary");
+        assert_eq!(
+            start.elapsed(),
+            std::time::Duration::ZERO,
+            "all hanging ones back off"
+        );
+        assert_eq!(container_ws(pod(&s, "u10")), Some(11 * MIB));
+        assert_eq!(
+            node.counted("container_stats"),
+            (33.0, 25.0),
+            "each collection counts all eleven; 9, 8 and 8 left out"
+        );
+
+        tokio::time::advance(ITEM_BACKOFF).await;
+        let start = tokio::time::Instant::now();
+        let s = node.collect(false).await.expect("a summary");
+        assert_eq!(
+            start.elapsed(),
+            FALLBACK_BUDGET,
+            "asked again after the backoff"
+        );
+        for (uid, mib) in [("u1", 2), ("u2", 3), ("u10", 11)] {
+            assert_eq!(container_ws(pod(&s, uid)), Some(mib * MIB), "{uid}");
+        }
+    }
+
+    /// Counts warn-level events.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<parking_lot::Mutex<usize>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN {
+                *self.0.lock() += 1;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runtime_without_item_stats_is_a_warning_once_while_backing_off() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let warnings = Warnings::default();
+        let _log =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+        let node = Node::new();
+        node.fake.fail_stats(&node.containers[0]);
+        node.fake.set_unimplemented("ContainerStats");
+
+        node.collect(false).await.expect("a summary");
+        let first = *warnings.0.lock();
+        assert!(first >= 2, "the list and the item call: {first}");
+        for _ in 0..3 {
+            tokio::time::advance(std::time::Duration::from_secs(10)).await;
+            node.collect(false).await.expect("a summary");
+        }
+        assert_eq!(node.fake.call_count("ContainerStats"), 4, "asked each time");
+        assert_eq!(*warnings.0.lock(), first, "no more warnings");
     }
 
     #[tokio::test(start_paused = true)]
