@@ -121,7 +121,8 @@ impl NodeStatusManager {
             capacity: Some(capacity),
             conditions: Some(setters::conditions(previous, &facts.not_ready, &now)),
             daemon_endpoints: Some(setters::daemon_endpoints(self.cfg.port)),
-            images: Some(setters::images(&facts.images)),
+            // Never read (a runtime hung since start): the server's stay.
+            images: facts.images.as_deref().map(setters::images),
             node_info: Some(setters::node_info(
                 &self.machine,
                 version,

@@ -27,8 +27,8 @@ pub(super) struct RuntimeFacts {
     pub version: Option<String>,
     /// Why the node is not ready (runtime and network errors); empty: ready.
     pub not_ready: Vec<String>,
-    /// The runtime's images (empty if never read).
-    pub images: Vec<pb::Image>,
+    /// The runtime's images; `None`: never read (the server's are kept).
+    pub images: Option<Vec<pb::Image>>,
 }
 
 /// The last runtime version and image list read, reported while the runtime
@@ -83,7 +83,7 @@ impl LastKnown {
         RuntimeFacts {
             version: self.version.clone(),
             not_ready,
-            images: self.images.clone().unwrap_or_default(),
+            images: self.images.clone(),
         }
     }
 }
