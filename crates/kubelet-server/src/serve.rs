@@ -6,7 +6,9 @@
 //! request's extensions as [`PeerCertificates`], and its address as axum's
 //! `ConnectInfo`. A plain-HTTP loop serves the read-only port. Both loops
 //! bound what a client may hold ([`limits`]): header and idle deadlines,
-//! the size of a request head, and the open connections per port.
+//! the size of a request head, write stalls (no progress of a response, per
+//! response, for 10 min: not upstream's absolute `WriteTimeout`), the open
+//! connections per port, and per address those that served it nothing.
 
 pub mod limits;
 
@@ -322,6 +324,8 @@ async fn connection<S>(
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
 }
 
+#[cfg(test)]
+mod limits_share_tests;
 #[cfg(test)]
 mod limits_tests;
 

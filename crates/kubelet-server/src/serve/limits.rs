@@ -11,17 +11,27 @@
 //! next request, then has the header timeout from that request's first byte
 //! (Go's `IdleTimeout` then `ReadHeaderTimeout`). A response the client
 //! does not take (it reads nothing, or announces a zero HTTP/2 window) is a
-//! write stall: the clock runs while a response is owed to the client, not
-//! while its body waits on its source (a quiet log follow), and restarts
-//! with every byte written. A connection stalled for the write-stall
-//! timeout may be shed, and it is cut at the write timeout (upstream bounds
-//! writes with `WriteTimeout`, 4 h). At the cap, a new client takes the
-//! place of a connection that never sent a request, else of the one
-//! stalled longest, else of the one idle longest; with no such connection the
-//! new client is closed at once, and the accept loop never waits. One
-//! address holds at most `max_connections_per_ip` places (upgraded sessions
-//! included, which are never cut for want of writes); past that, its own
-//! sheddable connections give way, or the new one is closed.
+//! write stall. Progress is counted per response, never at the socket (so
+//! PING or SETTINGS acknowledgements and other streams' data do not hide
+//! a stalled HTTP/2 stream): a response makes progress when its body yields
+//! a frame, which hyper asks for only once the frame before it found room
+//! (HTTP/2 flow-control capacity, or space in the HTTP/1 write buffer). A
+//! response's clock runs while it is owed to the client, not while its
+//! body waits on its source (a quiet log follow). A connection one of whose
+//! responses is stalled for the write-stall timeout may be shed; it is cut
+//! once a response has made no progress for the write timeout and no other
+//! response on it has either (a stream stuck behind its window does not
+//! cut busy siblings). This is "no progress for 10 min", unlike upstream's
+//! `WriteTimeout` (4 h from the request, progress or not). At the cap, a
+//! new client takes the place of a connection that never sent a request,
+//! else of the one stalled longest, else of the one idle longest; with no
+//! such connection the new client is closed at once, and the accept loop
+//! never waits. One address holds at most `max_connections_per_ip` places
+//! that served it nothing (connections before their first request head,
+//! and stalled ones); past that, its oldest such connection gives way. Its
+//! upgraded sessions, requests in flight and kept-alive connections do not
+//! count, since nearly all proxied traffic (exec, attach, port-forward,
+//! log follows) comes from the apiserver's few addresses.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -50,7 +60,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Open connections per port, upgraded sessions included.
 pub const MAX_CONNECTIONS: usize = 1024;
-/// Open connections per port from one address.
+/// Open connections per port from one address that served it nothing:
+/// before their first request head, or stalled on a write.
 pub const MAX_CONNECTIONS_PER_IP: usize = MAX_CONNECTIONS / 8;
 /// How long a response may go without write progress before its
 /// connection may give its place to a new client.
@@ -61,6 +72,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// hyper refuses a smaller HTTP/1 read buffer.
 const MIN_BUF_SIZE: usize = 8192;
+/// The highest shed rank that counts against an address's share: never
+/// served (0) or stalled (1).
+const UNSERVED_RANK: u8 = 1;
 
 /// The limits of one listener; [`Default`] holds the kubelet's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +89,13 @@ pub struct ServeLimits {
     pub max_header_bytes: usize,
     /// Open connections at most.
     pub max_connections: usize,
-    /// Open connections from one address at most.
+    /// Open connections from one address at most, among those before
+    /// their first request head or stalled on a write.
     pub max_connections_per_ip: usize,
     /// Write stall after which a connection may be shed at the cap.
     pub write_stall_timeout: Duration,
-    /// Write stall after which a connection is cut.
+    /// Write stall after which a connection is cut (no progress, not an
+    /// absolute bound).
     pub write_timeout: Duration,
 }
 
@@ -141,11 +157,13 @@ struct State {
     /// The first byte read since then.
     first_byte: Option<Instant>,
     /// Responses handed to hyper whose bodies are not waiting on their
-    /// source: the client owes us progress.
-    owed: usize,
-    /// The last write progress while a response is owed (or when one
-    /// became owed).
-    progress: Instant,
+    /// source (the client owes us progress), by request: since when each
+    /// has made no progress (its last frame, or when it became owed).
+    owed: HashMap<u64, Instant>,
+    /// The id of the next request.
+    next_request: u64,
+    /// The last frame any response body yielded (the start, at first).
+    last_frame: Instant,
 }
 
 impl Conn {
@@ -158,8 +176,9 @@ impl Conn {
                 upgraded: false,
                 idle_since: Instant::now(),
                 first_byte: None,
-                owed: 0,
-                progress: Instant::now(),
+                owed: HashMap::new(),
+                next_request: 0,
+                last_frame: Instant::now(),
             }),
             changed: Notify::new(),
             shed: CancellationToken::new(),
@@ -180,10 +199,13 @@ impl Conn {
         s.in_flight += 1;
         s.served = true;
         s.h2 |= version == http::Version::HTTP_2;
+        let id = s.next_request;
+        s.next_request += 1;
         drop(s);
         self.changed.notify_one();
         RequestGuard {
             conn: self.clone(),
+            id,
             owed: false,
         }
     }
@@ -214,40 +236,48 @@ impl Conn {
         }
     }
 
-    /// A response starts or stops being owed to the client.
-    fn owe(&self, owed: bool) {
+    /// Response `id` starts or stops being owed to the client.
+    fn owe(&self, id: u64, owed: bool) {
         let mut s = self.state.lock();
         if owed {
-            s.owed += 1;
-            if s.owed == 1 {
-                s.progress = Instant::now();
-                drop(s);
-                self.changed.notify_one();
-            }
+            s.owed.insert(id, Instant::now());
+            drop(s);
+            self.changed.notify_one();
         } else {
-            s.owed = s.owed.saturating_sub(1);
+            s.owed.remove(&id);
         }
     }
 
-    fn wrote(&self) {
+    /// Response `id`, owed to the client, yielded a frame.
+    fn progress(&self, id: u64) {
+        let now = Instant::now();
         let mut s = self.state.lock();
-        if s.owed > 0 {
-            s.progress = Instant::now();
+        let first = s.owed.insert(id, now).is_none();
+        s.last_frame = now;
+        drop(s);
+        if first {
+            self.changed.notify_one();
         }
     }
 
-    /// Since when a response owed to the client has made no progress.
+    /// Since when the longest stalled response owed to the client has made
+    /// no progress.
     fn stalled_since(s: &State) -> Option<Instant> {
-        (s.in_flight > 0 && s.owed > 0 && !s.upgraded).then_some(s.progress)
+        if s.in_flight == 0 || s.upgraded {
+            return None;
+        }
+        s.owed.values().min().copied()
     }
 
     /// When the connection is cut: unless a request arrives, while none is
-    /// in flight; unless a write makes progress, while a response is owed;
-    /// `None` otherwise and once the connection was upgraded.
+    /// in flight; unless a response makes progress, while one is owed (any
+    /// response's frame counts, so a stream stuck behind its window does
+    /// not cut siblings that make progress); `None` otherwise and once the
+    /// connection was upgraded.
     pub(crate) fn deadline(&self, limits: &ServeLimits) -> Option<Instant> {
         let s = self.state.lock();
         if let Some(since) = Self::stalled_since(&s) {
-            return Some(since + limits.write_timeout);
+            return Some(since.max(s.last_frame) + limits.write_timeout);
         }
         if s.in_flight > 0 || s.upgraded {
             return None;
@@ -269,9 +299,9 @@ impl Conn {
     }
 
     /// The order in which connections give their place (lowest first):
-    /// never-served connections, then ones stalled past `stall` on a
-    /// write, then kept-alive idle ones, each oldest first; `None` for the
-    /// rest (busy, upgraded, or already shed).
+    /// never-served connections (0), then ones with a response stalled past
+    /// `stall` (1), then kept-alive idle ones (2), each oldest first; `None`
+    /// for the rest (busy, upgraded, or already shed).
     fn shed_rank(&self, stall: Duration, now: Instant) -> Option<(u8, Instant)> {
         if self.shed.is_cancelled() {
             return None;
@@ -294,6 +324,7 @@ impl Conn {
 #[derive(Debug)]
 pub(crate) struct RequestGuard {
     conn: Arc<Conn>,
+    id: u64,
     owed: bool,
 }
 
@@ -301,8 +332,14 @@ impl RequestGuard {
     fn owe(&mut self, owed: bool) {
         if self.owed != owed {
             self.owed = owed;
-            self.conn.owe(owed);
+            self.conn.owe(self.id, owed);
         }
+    }
+
+    /// The response yielded a frame: it is owed, and made progress now.
+    fn progress(&mut self) {
+        self.owed = true;
+        self.conn.progress(self.id);
     }
 }
 
@@ -339,15 +376,34 @@ impl Conns {
         }
     }
 
-    /// The most sheddable connection, among those of `ip` if given.
-    fn victim(&self, ip: Option<IpAddr>, stall: Duration) -> Option<u64> {
-        let now = Instant::now();
+    /// The ranks of the sheddable connections, of `ip` only if given.
+    fn ranks(
+        &self,
+        ip: Option<IpAddr>,
+        stall: Duration,
+        now: Instant,
+    ) -> impl Iterator<Item = ((u8, Instant), u64)> + '_ {
         self.by_id
             .iter()
-            .filter(|(_, (at, _))| ip.is_none_or(|ip| ip == *at))
-            .filter_map(|(id, (_, c))| c.shed_rank(stall, now).map(|r| (r, *id)))
+            .filter(move |(_, (at, _))| ip.is_none_or(|ip| ip == *at))
+            .filter_map(move |(id, (_, c))| c.shed_rank(stall, now).map(|r| (r, *id)))
+    }
+
+    /// The most sheddable connection of rank `max_rank` at most, among
+    /// those of `ip` if given.
+    fn victim(&self, ip: Option<IpAddr>, max_rank: u8, stall: Duration) -> Option<u64> {
+        self.ranks(ip, stall, Instant::now())
+            .filter(|((rank, _), _)| *rank <= max_rank)
             .min()
             .map(|(_, id)| id)
+    }
+
+    /// The connections of `ip` that count against its share: before their
+    /// first request head, or stalled (ranks 0 and 1).
+    fn unserved_of(&self, ip: IpAddr, stall: Duration) -> usize {
+        self.ranks(Some(ip), stall, Instant::now())
+            .filter(|((rank, _), _)| *rank <= UNSERVED_RANK)
+            .count()
     }
 }
 
@@ -361,17 +417,20 @@ impl ConnTable {
 
     /// A place for a new connection from `ip`, never waiting: at once
     /// below the caps; else in the place of the most sheddable connection
-    /// (of `ip`, when it is `ip`'s cap that is reached), which is told to
-    /// close and no longer counts; `None` when no connection can give way.
+    /// (of `ip`'s unserved or stalled ones, when it is `ip`'s share that is
+    /// reached), which is told to close and no longer counts; `None` when
+    /// no connection can give way.
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
         let mut c = self.conns.lock();
         let stall = self.limits.write_stall_timeout;
+        let share = self.limits.max_connections_per_ip.max(1);
+        // All of `ip`'s connections bound those that count, cheaply.
         let of_ip = c.per_ip.get(&ip).copied().unwrap_or(0);
-        if of_ip >= self.limits.max_connections_per_ip.max(1) {
-            let id = c.victim(Some(ip), stall)?;
+        if of_ip >= share && c.unserved_of(ip, stall) >= share {
+            let id = c.victim(Some(ip), UNSERVED_RANK, stall)?;
             self.shed(&mut c, id);
         } else if c.by_id.len() >= self.limits.max_connections.max(1) {
-            let id = c.victim(None, stall)?;
+            let id = c.victim(None, u8::MAX, stall)?;
             self.shed(&mut c, id);
         }
         let id = c.next;
@@ -411,7 +470,8 @@ impl Drop for Slot {
 
 /// A connection's socket holding its [`Slot`]: the place is held as long
 /// as the socket, through an upgrade, and bytes read restart the header
-/// clock of an idle connection.
+/// clock of an idle connection. Writes are not progress here: a response
+/// makes progress when its body yields a frame ([`guarded`]).
 #[derive(Debug)]
 pub(crate) struct TrackedIo<S> {
     io: S,
@@ -449,11 +509,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let res = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.slot.conn.wrote();
-        }
-        res
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -469,11 +525,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let res = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.slot.conn.wrote();
-        }
-        res
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -483,7 +535,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TrackedIo<S> {
 
 /// A response body that ends its request when it is dropped (sent, or
 /// abandoned with its connection). From its hand-over the response is owed
-/// to the client, except while the body waits on its source.
+/// to the client, except while the body waits on its source; it makes
+/// progress with each frame it yields, which hyper asks for only when the
+/// frame before found room (h2 flow-control capacity, h1 buffer space), so
+/// a client that takes nothing stops the frames and stalls the response.
 pub(crate) fn guarded(body: axum::body::Body, mut guard: RequestGuard) -> axum::body::Body {
     guard.owe(true);
     axum::body::Body::new(Guarded { body, guard })
@@ -503,8 +558,12 @@ impl hyper::body::Body for Guarded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
         let res = Pin::new(&mut self.body).poll_frame(cx);
-        // Pending: the body waits on its source, not on the client.
-        self.guard.owe(res.is_ready());
+        match &res {
+            // The body waits on its source, not on the client.
+            Poll::Pending => self.guard.owe(false),
+            Poll::Ready(Some(_)) => self.guard.progress(),
+            Poll::Ready(None) => self.guard.owe(true),
+        }
         res
     }
 

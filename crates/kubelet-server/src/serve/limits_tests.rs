@@ -3,7 +3,8 @@
 //! a kept-alive connection waits the idle timeout, the TLS handshake has
 //! its deadline, and the connection cap holds while new clients are served.
 //! Timeouts run on paused time; the shedding test sets hour-long timeouts,
-//! so only shedding can free a place.
+//! so only shedding can free a place. The per-address share with upgraded
+//! sessions, and write stalls on HTTP/2, are in `limits_share_tests`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,20 +26,20 @@ use super::limits::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, WRITE_STALL_TIMEOUT};
 use super::*;
 use futures::StreamExt;
 
-const DEADLINE: Duration = Duration::from_secs(10);
+pub(super) const DEADLINE: Duration = Duration::from_secs(10);
 /// Longer than any deadline of the default limits.
-const LONG: Duration = Duration::from_secs(600);
+pub(super) const LONG: Duration = Duration::from_secs(600);
 
 /// `/hold` answers once `gate` has a permit; each arrival adds one to
 /// `arrived`.
 #[derive(Clone)]
-struct Hold {
-    gate: Arc<Semaphore>,
-    arrived: Arc<Semaphore>,
+pub(super) struct Hold {
+    pub(super) gate: Arc<Semaphore>,
+    pub(super) arrived: Arc<Semaphore>,
 }
 
 impl Hold {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             gate: Arc::new(Semaphore::new(0)),
             arrived: Arc::new(Semaphore::new(0)),
@@ -60,6 +61,7 @@ fn router(hold: Hold) -> Router {
                 }
             }),
         )
+        .route("/echo", get(echo))
         .route(
             "/big",
             get(|| async {
@@ -72,7 +74,29 @@ fn router(hold: Hold) -> Router {
         )
 }
 
-async fn plain(limits: ServeLimits, hold: Hold) -> (SocketAddr, CancellationToken) {
+/// Echoes bytes on an HTTP/1.1 upgrade until the client goes, as an exec
+/// or port-forward session stays open.
+async fn echo(mut req: axum::extract::Request) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(on) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return http::StatusCode::BAD_REQUEST.into_response();
+    };
+    tokio::spawn(async move {
+        if let Ok(up) = on.await {
+            let (mut rd, mut wr) = tokio::io::split(TokioIo::new(up));
+            let _ = tokio::io::copy(&mut rd, &mut wr).await;
+        }
+    });
+    http::Response::builder()
+        .status(http::StatusCode::SWITCHING_PROTOCOLS)
+        .header(http::header::CONNECTION, "Upgrade")
+        .header(http::header::UPGRADE, "echo")
+        .body(axum::body::Body::empty())
+        .map(IntoResponse::into_response)
+        .unwrap_or_else(|_| http::StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+pub(super) async fn plain(limits: ServeLimits, hold: Hold) -> (SocketAddr, CancellationToken) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
@@ -87,7 +111,7 @@ async fn plain(limits: ServeLimits, hold: Hold) -> (SocketAddr, CancellationToke
 }
 
 /// Waits until the server closes `s` (EOF or an error); returns when.
-async fn closed(s: &mut TcpStream) -> Instant {
+pub(super) async fn closed(s: &mut TcpStream) -> Instant {
     let mut buf = [0u8; 256];
     let wait = async {
         loop {
@@ -102,10 +126,10 @@ async fn closed(s: &mut TcpStream) -> Instant {
         .expect("the server closes the connection")
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+pub(super) type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
 /// An HTTP/1.1 client connection; the task ends when the server closes it.
-async fn client(addr: SocketAddr) -> (Sender, tokio::task::JoinHandle<()>) {
+pub(super) async fn client(addr: SocketAddr) -> (Sender, tokio::task::JoinHandle<()>) {
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
@@ -116,7 +140,7 @@ async fn client(addr: SocketAddr) -> (Sender, tokio::task::JoinHandle<()>) {
     (send, task)
 }
 
-async fn get_body(send: &mut Sender, path: &str) -> String {
+pub(super) async fn get_body(send: &mut Sender, path: &str) -> String {
     let req = http::Request::get(path)
         .header(http::header::HOST, "kubelet")
         .body(Empty::<Bytes>::new())
@@ -126,7 +150,7 @@ async fn get_body(send: &mut Sender, path: &str) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
-fn assert_near(elapsed: Duration, expected: Duration) {
+pub(super) fn assert_near(elapsed: Duration, expected: Duration) {
     assert!(
         elapsed >= expected.saturating_sub(Duration::from_secs(1))
             && elapsed <= expected + Duration::from_secs(1),
@@ -290,7 +314,7 @@ async fn at_the_cap_a_new_client_takes_the_place_of_one_without_a_request() {
 }
 
 /// Connects from `ip` (any address of the loopback network) to `addr`.
-async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
+pub(super) async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
     let sock = tokio::net::TcpSocket::new_v4().expect("socket");
     sock.bind(SocketAddr::from((ip, 0))).expect("bind");
     sock.connect(addr).await.expect("connect")
@@ -395,16 +419,30 @@ async fn clients_that_take_no_response_do_not_keep_a_legitimate_client_out() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn one_address_holds_at_most_its_share_of_places() {
+async fn one_address_holds_at_most_its_share_of_silent_connections() {
     let limits = ServeLimits {
         max_connections: 8,
         max_connections_per_ip: 2,
         ..ServeLimits::default()
     };
-    let hold = Hold::new();
-    let (addr, _stop) = plain(limits, hold.clone()).await;
-    let _busy = two_held(addr, &hold).await;
-    refused(connect_from([127, 0, 0, 1], addr).await).await;
+    let (addr, _stop) = plain(limits, Hold::new()).await;
+    // Two connections without a request fill the share of 127.0.0.1; its
+    // next one takes the place of the oldest.
+    let mut first = connect_from([127, 0, 0, 1], addr).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut second = connect_from([127, 0, 0, 1], addr).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _third = connect_from([127, 0, 0, 1], addr).await;
+    tokio::time::timeout(DEADLINE, closed(&mut first))
+        .await
+        .expect("the oldest silent connection gave way");
+    let mut buf = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), second.read(&mut buf))
+            .await
+            .is_err(),
+        "the newer silent connection keeps its place"
+    );
     // Another address still gets in.
     let tcp = connect_from([127, 0, 0, 2], addr).await;
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
@@ -416,10 +454,11 @@ async fn one_address_holds_at_most_its_share_of_places() {
         .expect("served");
     assert_eq!(body, "pong");
     // At its share, an address's own connection without a request gives
-    // way to its next one.
+    // way to its next one; its served connection does not count.
     let mut silent = connect_from([127, 0, 0, 2], addr).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _next = connect_from([127, 0, 0, 2], addr).await;
+    let _last = connect_from([127, 0, 0, 2], addr).await;
     tokio::time::timeout(DEADLINE, closed(&mut silent))
         .await
         .expect("the silent connection gave way");
