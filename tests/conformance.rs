@@ -583,9 +583,14 @@ impl Suite {
         let pods = self.pods.lock().clone();
         let api = Api::<Pod>::namespaced(self.j.admin.clone(), NS);
         for p in &pods {
-            let _ = api
+            match api
                 .delete(p, &DeleteParams::default().grace_period(1))
-                .await;
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => self.fail("teardown", format!("deleting pod {p}: {e}")),
+                Ok(_) => {}
+            }
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         let left = loop {

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod concurrency;
 mod ephemeral;
 mod node;
 mod profile;

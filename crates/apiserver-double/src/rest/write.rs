@@ -294,7 +294,22 @@ fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
     }
 }
 
-fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) -> Response<Body> {
+/// How many times an update or patch is computed again when the object
+/// changed under it (upstream `GuaranteedUpdate` retries on conflict).
+const UPDATE_TRIES: usize = 5;
+
+/// Stores `new`, computed from `old`, if the object is still `old` (same
+/// resourceVersion): `None` when it changed meanwhile (compute again), a 404
+/// when it was deleted meanwhile. A write never brings back a deleted
+/// object or undoes a concurrent one (upstream `GuaranteedUpdate` in
+/// `staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go`).
+fn finish_write(
+    shared: &Shared,
+    t: &Target,
+    k: Key,
+    new: Value,
+    old: &Value,
+) -> Option<Response<Body>> {
     let mut new = new;
     crate::profile::decode::drop_unknown_fields(shared.options.profile, t.kind.resource, &mut new);
     if t.kind.resource == "certificatesigningrequests" && t.sub == "approval" {
@@ -303,21 +318,28 @@ fn finish_write(shared: &Shared, t: &Target, k: Key, new: Value, old: &Value) ->
     if t.sub.is_empty()
         && let Err(errs) = crate::strategy::on_update(t.kind.resource, old, &mut new)
     {
-        return invalid_fields(t, &t.name, &errs);
+        return Some(invalid_fields(t, &t.name, &errs));
     }
     if t.kind.resource == "pods"
         && let Err(r) = pod_update(t, old, &mut new)
     {
-        return r;
+        return Some(r);
+    }
+    let mut store = shared.store.lock();
+    match store.get(&k) {
+        None => return Some(not_found(t)),
+        Some(cur) if cur["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] => {
+            return None;
+        }
+        Some(_) => {}
     }
     if new == *old {
         // A no-op write keeps the resourceVersion and sends no event.
-        return respond(StatusCode::OK, &with_type(t.kind, new));
+        return Some(respond(StatusCode::OK, &with_type(t.kind, new)));
     }
-    let mut store = shared.store.lock();
     let stored = store.put(k.clone(), new);
     crate::controllers::reconcile(&mut store, &k, &shared.ca.cert_pem);
-    respond(StatusCode::OK, &with_type(t.kind, stored))
+    Some(respond(StatusCode::OK, &with_type(t.kind, stored)))
 }
 
 /// The pod strategy on update: the main resource may not touch ephemeral
@@ -338,26 +360,36 @@ fn pod_update(t: &Target, old: &Value, new: &mut Value) -> Result<(), Response<B
 }
 
 pub(super) fn update(shared: &Shared, t: &Target, body: &[u8]) -> Response<Body> {
+    for _ in 0..UPDATE_TRIES {
+        if let Some(r) = update_once(shared, t, body) {
+            return r;
+        }
+    }
+    conflict(t)
+}
+
+/// One try of [`update`]: `None` when the object changed meanwhile.
+fn update_once(shared: &Shared, t: &Target, body: &[u8]) -> Option<Response<Body>> {
     let obj = match parse_object(body) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return Some(r),
     };
     let k = key(t, &t.name);
     let old = match shared.store.lock().get(&k).cloned() {
         Some(o) => o,
-        None => return not_found(t),
+        None => return Some(not_found(t)),
     };
     let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
     let rv = obj
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str);
     if let Err(r) = preconditions(t, &old, uid, rv) {
-        return r;
+        return Some(r);
     }
     let mut new = restrict(t, &old, obj);
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if let Err(r) = pod_on_write(t, &mut new, false) {
-        return r;
+        return Some(r);
     }
     finish_write(shared, t, k, new, &old)
 }
@@ -368,21 +400,42 @@ pub(super) fn patch(
     content_type: &str,
     body: &[u8],
 ) -> Response<Body> {
+    for _ in 0..UPDATE_TRIES {
+        if let Some(r) = patch_once(shared, t, content_type, body) {
+            return r;
+        }
+    }
+    conflict(t)
+}
+
+/// One try of [`patch`]: `None` when the object changed meanwhile.
+fn patch_once(
+    shared: &Shared,
+    t: &Target,
+    content_type: &str,
+    body: &[u8],
+) -> Option<Response<Body>> {
     let k = key(t, &t.name);
     let old = match shared.store.lock().get(&k).cloned() {
         Some(o) => o,
-        None => return not_found(t),
+        None => return Some(not_found(t)),
     };
     let patched = match crate::patch::apply(content_type, &old, body) {
         Ok(p) => p,
         Err(crate::patch::PatchError::UnsupportedMediaType) => {
-            return status(
+            return Some(status(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "UnsupportedMediaType",
                 &crate::patch::PatchError::UnsupportedMediaType.to_string(),
-            );
+            ));
         }
-        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+        Err(e) => {
+            return Some(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &e.to_string(),
+            ));
+        }
     };
     let p: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let uid = p.pointer("/metadata/uid").and_then(Value::as_str);
@@ -390,12 +443,12 @@ pub(super) fn patch(
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str);
     if let Err(r) = preconditions(t, &old, uid, rv) {
-        return r;
+        return Some(r);
     }
     let mut new = restrict(t, &old, patched);
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if let Err(r) = pod_on_write(t, &mut new, true) {
-        return r;
+        return Some(r);
     }
     finish_write(shared, t, k, new, &old)
 }
