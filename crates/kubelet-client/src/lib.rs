@@ -5,7 +5,8 @@
 //! - [`certificate`]: TLS bootstrap, the CSR exchange and rotation;
 //! - [`events`]: the event recorder and its rate-limited sink;
 //! - [`clock`]: the wall clock as a seam for paused-time tests;
-//! - [`discovery`]: the apiserver's version and served group versions.
+//! - [`discovery`]: the apiserver's version and served group versions;
+//! - [`refusal`]: when a list or watch the apiserver refuses is reported.
 //!
 //! Every failure is an [`Error`]. File IO (kubeconfigs, certificates, keys)
 //! never runs on the async runtime: it goes through `tokio::fs` or, for a
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod discovery;
 mod error;
 pub mod events;
+pub mod refusal;
 
 pub use certificate::serving::{CertInfo, ServingCert};
 pub use certificate::serving_manager::ServingCertManager;

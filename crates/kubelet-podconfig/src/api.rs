@@ -17,7 +17,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use kubelet_types::{Source, labels, pod};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::{SourceSender, SourceUpdate};
 
@@ -73,6 +73,7 @@ impl ApiSource {
         let mut store: HashMap<String, Pod> = HashMap::new();
         let mut pending: Option<HashMap<String, Pod>> = None;
         let mut healthy = true;
+        let mut refusals = kubelet_client::refusal::Refusals::default();
         loop {
             let ev = tokio::select! {
                 biased;
@@ -101,10 +102,13 @@ impl ApiSource {
                 }
                 Ok(Event::Delete(p)) => store.remove(pod::uid(&p)).is_some(),
                 Err(e) => {
-                    if healthy {
-                        warn!(error = %e, "Pod watch failed; pods keep running, retrying with backoff");
-                    } else {
-                        debug!(error = %e, "Pod watch still failing");
+                    match kubelet_client::refusal::refused(&e) {
+                        Some(code) if refusals.report(code) => error!(error = %e, code,
+                            "The apiserver refuses to list or watch the pods bound to this node; no new pod starts until it allows it; retrying with backoff"),
+                        Some(_) => debug!(error = %e, "Pod watch still refused"),
+                        None if healthy => warn!(error = %e,
+                            "Pod watch failed; pods keep running, retrying with backoff"),
+                        None => debug!(error = %e, "Pod watch still failing"),
                     }
                     healthy = false;
                     continue;
@@ -113,6 +117,7 @@ impl ApiSource {
             if !healthy {
                 info!("Pod watch recovered");
                 healthy = true;
+                refusals.recovered();
             }
             if changed && tx.send(self.publish(&store)).await.is_err() {
                 return;

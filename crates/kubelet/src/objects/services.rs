@@ -151,29 +151,12 @@ fn selector_refused(e: &watcher::Error) -> bool {
     }
 }
 
-/// The apiserver's answer when it refused the request itself (a 4xx), which
-/// retrying will not change by itself.
-fn refusal(e: &watcher::Error) -> Option<u16> {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-            if (400..500).contains(&s.code) =>
-        {
-            Some(s.code)
-        }
-        _ => None,
-    }
-}
-
 fn headless(s: &Service) -> bool {
     s.spec
         .as_ref()
         .and_then(|spec| spec.cluster_ip.as_deref())
         .is_some_and(|ip| ip == "None")
 }
-
-/// How often a refusal that keeps coming is logged again.
-const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The informer: picks the form, then lists and watches until `stop`;
 /// starts over in the older form when the apiserver refuses the selector.
@@ -259,7 +242,7 @@ async fn watch(
     let mut stream = std::pin::pin!(stream);
     let mut listing: Option<HashMap<ObjectKey, Service>> = None;
     let mut healthy = true;
-    let mut last_refusal: Option<(u16, tokio::time::Instant)> = None;
+    let mut refusals = kubelet_client::refusal::Refusals::default();
     // Whoever reads the apiserver again (this watch after a failure, the
     // periodic discovery) may find another release.
     let mut server = compat.discovery.subscribe();
@@ -308,18 +291,12 @@ async fn watch(
                 return Ended::SelectorRefused;
             }
             Err(e) => {
-                let now = tokio::time::Instant::now();
-                match refusal(&e) {
+                match kubelet_client::refusal::refused(&e) {
                     // A refusal does not go away by waiting: say so, and again
                     // every few minutes while it lasts.
-                    Some(code)
-                        if last_refusal.is_none_or(|(c, at)| {
-                            c != code || now.duration_since(at) >= REFUSAL_LOG_PERIOD
-                        }) =>
-                    {
+                    Some(code) if refusals.report(code) => {
                         error!(error = %e, code,
                             "The apiserver refuses to list Services; containers needing service environment variables wait; retrying with backoff");
-                        last_refusal = Some((code, now));
                     }
                     Some(_) => debug!(error = %e, "Service watch still refused"),
                     None if healthy => {
@@ -334,7 +311,7 @@ async fn watch(
         if !healthy {
             info!("Service watch recovered");
             healthy = true;
-            last_refusal = None;
+            refusals.recovered();
             // The apiserver may have been upgraded or rolled back meanwhile.
             let refreshed = tokio::select! {
                 () = stop.cancelled() => return Ended::Stopped,

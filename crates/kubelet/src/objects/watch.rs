@@ -368,6 +368,7 @@ async fn run<K: WatchedKind>(
     // The object of the list in progress, if any.
     let mut listing: Option<Option<K>> = None;
     let mut healthy = true;
+    let mut refusals = kubelet_client::refusal::Refusals::default();
     loop {
         let ev = tokio::select! {
             biased;
@@ -396,10 +397,18 @@ async fn run<K: WatchedKind>(
             Ok(Event::Delete(o)) if o.name_any() == key.name => cache.store(None),
             Ok(Event::Apply(_) | Event::Delete(_)) => false,
             Err(e) => {
-                if healthy {
-                    warn!(resource = K::RESOURCE, object = %key, error = %e, "Watch failed; retrying with backoff");
-                } else {
-                    debug!(resource = K::RESOURCE, object = %key, error = %e, "Watch still failing");
+                match kubelet_client::refusal::refused(&e) {
+                    Some(code) if refusals.report(code) => tracing::error!(resource = K::RESOURCE,
+                        object = %key, error = %e, code,
+                        "The apiserver refuses to list or watch the object; pods that need it wait; retrying with backoff"),
+                    Some(_) => {
+                        debug!(resource = K::RESOURCE, object = %key, error = %e, "Watch still refused")
+                    }
+                    None if healthy => warn!(resource = K::RESOURCE, object = %key, error = %e,
+                        "Watch failed; retrying with backoff"),
+                    None => {
+                        debug!(resource = K::RESOURCE, object = %key, error = %e, "Watch still failing")
+                    }
                 }
                 healthy = false;
                 continue;
@@ -408,6 +417,7 @@ async fn run<K: WatchedKind>(
         if !healthy {
             info!(resource = K::RESOURCE, object = %key, "Watch recovered");
             healthy = true;
+            refusals.recovered();
         }
         if changed {
             debug!(resource = K::RESOURCE, object = %key, "Object changed");
