@@ -80,6 +80,7 @@ impl VolumeWiring<'_> {
                 let compat = Compat {
                     discovery,
                     metrics: Some(self.metrics.clone()),
+                    events: Some((self.recorder.clone(), self.cfg.node_name.clone())),
                 };
                 (c, compat)
             }),

@@ -104,6 +104,7 @@ async fn the_service_lister_follows_every_namespace() {
     let compat = super::services::Compat {
         discovery: kubelet_client::discovery::Discovery::new(client.clone()),
         metrics: None,
+        events: None,
     };
     let l = ServiceLister::new(Some((client, compat)), &TaskTracker::new(), &stop);
     let names = |l: &ServiceLister| -> Vec<String> {

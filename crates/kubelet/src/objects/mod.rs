@@ -100,6 +100,7 @@ impl Objects {
                     let compat = services::Compat {
                         discovery: kubelet_client::discovery::Discovery::new(c.clone()),
                         metrics: None,
+                        events: None,
                     };
                     (c, compat)
                 }),

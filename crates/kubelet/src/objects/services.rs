@@ -60,7 +60,14 @@ pub struct Compat {
     pub discovery: Discovery,
     /// Where the choice is exposed.
     pub metrics: Option<Arc<KubeletMetrics>>,
+    /// Where a lasting refusal is told as a Warning event on the Node
+    /// (the recorder and the node's name).
+    pub events: Option<(Arc<dyn kubelet_types::events::Recorder>, String)>,
 }
+
+/// The reason of the Node event for a Services list the apiserver refuses
+/// (a kubelet-rs addition: upstream's reflector only logs).
+pub const FAILED_TO_LIST_SERVICES: &str = "FailedToListServices";
 
 impl ServiceLister {
     /// Watches all Services through `client` on `tasks` until `stop`;
@@ -297,6 +304,14 @@ async fn watch(
                     Some(code) if refusals.report(code) => {
                         error!(error = %e, code,
                             "The apiserver refuses to list Services; containers needing service environment variables wait; retrying with backoff");
+                        if let Some((recorder, node)) = &compat.events {
+                            recorder.event(
+                                &kubelet_types::events::node_ref(node),
+                                kubelet_types::events::EventType::Warning,
+                                FAILED_TO_LIST_SERVICES,
+                                format!("the apiserver refuses to list Services ({code}): {e}; containers that need service environment variables wait"),
+                            );
+                        }
                     }
                     Some(_) => debug!(error = %e, "Service watch still refused"),
                     None if healthy => {

@@ -78,6 +78,7 @@ async fn lister(
     let compat = Compat {
         discovery: make(client.clone()),
         metrics: Some(metrics),
+        events: None,
     };
     ServiceLister::new(Some((client, compat)), &TaskTracker::new(), stop)
 }
@@ -225,6 +226,38 @@ async fn an_apiserver_upgraded_during_an_outage_gets_the_selector_again() {
         metrics
             .render()
             .contains(r#"choice="field_selector_spec_cluster_ip",server_version="v1.35"#)
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_services_list_the_apiserver_refuses_is_an_event_on_the_node() {
+    let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
+    // An identity outside system:nodes: RBAC refuses it the Services (403).
+    let path = c.dir.path().join("stranger.conf");
+    c.api
+        .write_cert_kubeconfig(&path, "system:node:n1", &[])
+        .expect("kubeconfig");
+    let client = kubelet_test_util::client_for(&path).await;
+    let recorder = Arc::new(kubelet_test_util::RecordingRecorder::default());
+    let compat = Compat {
+        discovery: Discovery::new(client.clone()),
+        metrics: None,
+        events: Some((recorder.clone(), "n1".into())),
+    };
+    let stop = CancellationToken::new();
+    let l = ServiceLister::new(Some((client, compat)), &TaskTracker::new(), &stop);
+    eventually("the refusal is an event", || {
+        recorder
+            .reasons()
+            .contains(&super::services::FAILED_TO_LIST_SERVICES.to_string())
+    })
+    .await;
+    assert!(!l.has_synced());
+    let events = recorder.events.lock().clone();
+    assert!(
+        events.iter().any(|(_, m)| m.contains("(403)")),
+        "{events:?}"
     );
     stop.cancel();
 }
