@@ -15,6 +15,7 @@ mod duration;
 mod file;
 pub mod flag_table;
 mod flags;
+pub mod housekeeping;
 pub mod lockfile;
 pub mod logs;
 pub mod server;
@@ -124,6 +125,8 @@ pub struct KubeletConfig {
     pub settings: BTreeMap<&'static str, SettingValue>,
     /// The node API's settings (10250 and the read-only port).
     pub server: server::ServerConfig,
+    /// Garbage collection, log rotation, eviction and node shutdown.
+    pub housekeeping: housekeeping::Housekeeping,
     /// Command-line-only upstream flags kubelet-rs ignores (not implemented,
     /// or removed upstream), as given: flag name -> value.
     pub ignored_flags: BTreeMap<&'static str, SettingValue>,
@@ -440,6 +443,11 @@ impl KubeletConfig {
                 .get("enableDebugFlagsHandler")
                 .and_then(serde_json::Value::as_bool),
         )?;
+        let housekeeping = housekeeping::resolve(&housekeeping::Inputs {
+            flags,
+            file: f,
+            settings: &settings,
+        })?;
         let cfg = Self {
             node_name,
             root_dir,
@@ -521,6 +529,7 @@ impl KubeletConfig {
             lock_file,
             exit_on_lock_contention,
             server,
+            housekeeping,
             settings,
             ignored_flags: settings::ignored_flags(flags)?,
         };

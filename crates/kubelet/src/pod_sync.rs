@@ -43,6 +43,8 @@ pub struct RuntimePodSyncer {
     start: Option<StartRecorder>,
     volumes: Option<(VolumeManager, Arc<KubeletVolumeHost>)>,
     probes: Arc<dyn ProbeManager>,
+    /// Pods the kubelet is ending (eviction, node shutdown).
+    terminations: crate::pod_killer::Terminations,
 }
 
 impl RuntimePodSyncer {
@@ -67,7 +69,14 @@ impl RuntimePodSyncer {
             start: None,
             volumes: None,
             probes: Arc::new(NoProbes),
+            terminations: Default::default(),
         }
+    }
+
+    /// Shares the pods the kubelet is ending with a [`crate::pod_killer::WorkerKiller`].
+    pub fn with_terminations(mut self, t: crate::pod_killer::Terminations) -> Self {
+        self.terminations = t;
+        self
     }
 
     /// Reads readiness and startup from the prober (upstream
@@ -223,6 +232,49 @@ impl RuntimePodSyncer {
     }
 }
 
+impl RuntimePodSyncer {
+    /// Stops a pod the kubelet ends (eviction, node shutdown) with the
+    /// request's grace period and records `Failed` with its reason; the pod
+    /// is never started again (upstream `killPodNow` with a `PodStatusFunc`).
+    async fn fail_terminal(
+        &self,
+        p: &Pod,
+        before: &kubelet_runtime::PodStatus,
+        req: &crate::pod_killer::KillRequest,
+    ) -> SyncOutcome {
+        let uid = pod::uid(p);
+        if before.live_containers().next().is_some() || before.has_ready_sandbox() {
+            info!(reason = %req.reason, message = %req.message, "Killing pod");
+        }
+        let killed = self
+            .runtime
+            .kill_pod_with_spec(
+                Some(p),
+                before,
+                req.grace_period_override
+                    .map(|g| std::time::Duration::from_secs(u64::try_from(g).unwrap_or(0))),
+                false,
+            )
+            .await;
+        let after = match self
+            .runtime
+            .get_pod_status(uid, pod::name(p), pod::namespace(p))
+            .await
+        {
+            Ok(s) => s,
+            Err(_) => before.clone(),
+        };
+        self.record(p, &after);
+        if let Some(s) = self.status.get_pod_status(uid) {
+            self.status.set_pod_status(uid, req.terminal_status(s));
+        }
+        SyncOutcome {
+            error: killed.err().map(Error::Kill),
+            requeue_after: None,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl PodSyncer for RuntimePodSyncer {
     async fn sync_pod(&self, p: &Arc<Pod>) -> SyncOutcome {
@@ -249,6 +301,7 @@ impl PodSyncer for RuntimePodSyncer {
 
     fn forget(&self, uid: &str) {
         self.last_sync.lock().remove(uid);
+        self.terminations.forget(uid);
         if let Some(start) = &self.start {
             start.forget(uid);
         }
@@ -276,6 +329,9 @@ impl RuntimePodSyncer {
         let now = SystemTime::now();
         // Checked before a new status is recorded, so a failed pod never looks alive again.
         let cached = self.previous_status(p);
+        if let Some(req) = self.terminations.get(uid) {
+            return self.fail_terminal(p, &before, &req).await;
+        }
         if active_deadline::exceeded(cached.as_ref())
             || active_deadline::remaining(p, cached.as_ref(), now)
                 == Some(std::time::Duration::ZERO)

@@ -7,6 +7,12 @@
 mod admission;
 mod cluster;
 mod cm;
+mod container_gc;
+mod container_logs;
+mod eviction;
+mod housekeeping;
+mod image_gc;
+mod nodeshutdown;
 mod pods;
 mod probes;
 mod server;
@@ -301,6 +307,29 @@ impl App {
             metrics: self.metrics.clone(),
             pod_cgroups: self.container_manager.clone(),
         });
+        let hk = housekeeping::Housekeeping {
+            cfg,
+            manager: self.manager.clone(),
+            remote: self.remote.clone(),
+            cri: self.cri.clone(),
+            recorder: self.cluster.as_ref().map_or_else(
+                || Arc::new(kubelet_types::events::NoopRecorder) as Arc<dyn Recorder>,
+                |c| c.recorder.clone() as Arc<dyn Recorder>,
+            ),
+            metrics: self.metrics.clone(),
+            pods: running.pods.clone(),
+            status: running.status.clone(),
+            killer: running.killer.clone(),
+            host: host.clone(),
+            runtime_state: running.runtime_state.clone(),
+            sources_ready: running.sources_ready.clone(),
+        };
+        container_gc::spawn(&hk, &tasks, &stop);
+        image_gc::spawn(&hk, &tasks, &stop);
+        container_logs::spawn(&hk, &tasks, &stop);
+        eviction::spawn(&hk, &tasks, &stop);
+        nodeshutdown::spawn(&hk, &tasks, &stop);
+        drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();
         self.node_api.spawn(
             server::Wiring {

@@ -144,6 +144,8 @@ pub(super) struct RunningPipeline {
     pub runtime_state: Arc<RuntimeState>,
     pub heartbeat: Arc<Heartbeat>,
     pub pod_cache: Arc<kubelet_runtime::pleg::PodCache>,
+    /// Ends pods for eviction and node shutdown.
+    pub killer: Arc<dyn crate::pod_killer::PodKiller>,
 }
 
 impl Pipeline<'_> {
@@ -224,6 +226,8 @@ impl Pipeline<'_> {
         .with_metrics(self.metrics.clone())
         .with_volume_manager(volumes.manager.clone(), volumes.host.clone())
         .with_probes(probes.clone());
+        let terminations = crate::pod_killer::Terminations::default();
+        syncer = syncer.with_terminations(terminations.clone());
         if let Some(r) = self.recorder {
             syncer = syncer.with_recorder(r);
         }
@@ -238,6 +242,12 @@ impl Pipeline<'_> {
             )
             .with_metrics(self.metrics.clone()),
         );
+        let killer = Arc::new(crate::pod_killer::WorkerKiller {
+            terminations,
+            workers: workers.clone(),
+            status: status.clone(),
+            slack: std::time::Duration::from_secs(10),
+        });
         let heartbeat = Arc::new(Heartbeat::default());
         let pod_cache = pleg.cache().clone();
         let sync_loop = SyncLoop {
@@ -275,6 +285,7 @@ impl Pipeline<'_> {
             runtime_state: self.runtime_state,
             heartbeat,
             pod_cache,
+            killer,
         }
     }
 }

@@ -1,0 +1,1 @@
+//! The eviction manager (upstream `pkg/kubelet/eviction`).

@@ -1,0 +1,1 @@
+//! Image garbage collection (upstream `pkg/kubelet/images/image_gc_manager.go`).

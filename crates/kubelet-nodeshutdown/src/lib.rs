@@ -1,0 +1,1 @@
+//! Graceful node shutdown (upstream `pkg/kubelet/nodeshutdown`).
