@@ -1,1 +1,5 @@
 //! The eviction manager (upstream `pkg/kubelet/eviction`).
+
+pub mod reclaim;
+
+pub use reclaim::{ContainerGc, ImageGc, ReclaimError};

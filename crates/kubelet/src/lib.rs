@@ -22,6 +22,7 @@ pub mod kubelet_volumes;
 mod lifecycle;
 pub mod mirror;
 pub mod objects;
+pub mod oom_watcher;
 pub mod pod_killer;
 pub mod pod_manager;
 mod pod_start;

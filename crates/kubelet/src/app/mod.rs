@@ -324,10 +324,12 @@ impl App {
             runtime_state: running.runtime_state.clone(),
             sources_ready: running.sources_ready.clone(),
         };
-        container_gc::spawn(&hk, &tasks, &stop);
-        image_gc::spawn(&hk, &tasks, &stop);
+        let reclaim = eviction::Reclaimers {
+            containers: container_gc::spawn(&hk, &tasks, &stop),
+            images: image_gc::spawn(&hk, &tasks, &stop),
+        };
         container_logs::spawn(&hk, &tasks, &stop);
-        eviction::spawn(&hk, &tasks, &stop);
+        eviction::spawn(&hk, reclaim, &tasks, &stop);
         nodeshutdown::spawn(&hk, &tasks, &stop);
         drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();

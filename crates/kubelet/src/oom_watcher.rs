@@ -1,0 +1,1 @@
+//! System OOM events (upstream `pkg/kubelet/oom`).
