@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::Inputs;
-use crate::ConfigError;
+use crate::values::parse_go_int;
+use crate::{ConfigError, invalid, parse_go_duration};
 
 /// Upstream `GCPolicy`.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,7 +30,104 @@ impl Default for ContainerGcConfig {
     }
 }
 
-/// Resolves the flags.
-pub fn resolve(_inputs: &Inputs<'_>) -> Result<ContainerGcConfig, ConfigError> {
-    Ok(ContainerGcConfig::default())
+/// The flag's `int32` value (upstream `pflag.Int32Var`), or `default`.
+fn int32_flag(inputs: &Inputs<'_>, name: &'static str, default: i32) -> Result<i32, ConfigError> {
+    let Some(raw) = inputs.flag(name) else {
+        return Ok(default);
+    };
+    parse_go_int(raw.trim(), 32)
+        .and_then(|v| i32::try_from(v).map_err(|e| e.to_string()))
+        .map_err(|e| invalid(name, raw, e))
+}
+
+/// Resolves the flags. A negative TTL is refused as upstream's
+/// `NewContainerGC` refuses it ("invalid minimum garbage collection age").
+pub fn resolve(inputs: &Inputs<'_>) -> Result<ContainerGcConfig, ConfigError> {
+    let d = ContainerGcConfig::default();
+    let min_age = match inputs.flag("minimum-container-ttl-duration") {
+        None => d.min_age,
+        Some(raw) => {
+            parse_go_duration(raw).map_err(|e| invalid("minimum-container-ttl-duration", raw, e))?
+        }
+    };
+    Ok(ContainerGcConfig {
+        min_age,
+        max_per_pod_container: int32_flag(
+            inputs,
+            "maximum-dead-containers-per-container",
+            d.max_per_pod_container,
+        )?,
+        max_containers: int32_flag(inputs, "maximum-dead-containers", d.max_containers)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::file::KubeletConfiguration;
+    use crate::flags::Flags;
+
+    /// The policy, or the error naming what was refused (the command
+    /// line parser checks the Go value syntax first).
+    fn resolve_args(args: &[&str]) -> Result<ContainerGcConfig, String> {
+        let flags = Flags::parse_args(std::iter::once("kubelet").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        let file = KubeletConfiguration::default();
+        let settings = BTreeMap::new();
+        resolve(&Inputs {
+            flags: &flags,
+            file: &file,
+            settings: &settings,
+        })
+        .map_err(|e| match e {
+            ConfigError::Invalid { field, .. } => field.to_string(),
+            e => e.to_string(),
+        })
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let c = resolve_args(&[]).expect("resolve");
+        assert_eq!(c.min_age, Duration::ZERO);
+        assert_eq!(c.max_per_pod_container, 1);
+        assert_eq!(c.max_containers, -1);
+    }
+
+    #[test]
+    fn flags_set_the_policy_last_value_wins() {
+        let c = resolve_args(&[
+            "--minimum-container-ttl-duration=1m30s",
+            "--maximum-dead-containers-per-container=3",
+            "--maximum-dead-containers=5",
+            "--maximum-dead-containers=100",
+        ])
+        .expect("resolve");
+        assert_eq!(c.min_age, Duration::from_secs(90));
+        assert_eq!(c.max_per_pod_container, 3);
+        assert_eq!(c.max_containers, 100);
+        // Negative limits mean "no limit", as upstream.
+        let c = resolve_args(&["--maximum-dead-containers-per-container=-1"]).expect("resolve");
+        assert_eq!(c.max_per_pod_container, -1);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        for (args, flag) in [
+            (
+                &["--minimum-container-ttl-duration=-1s"][..],
+                "minimum-container-ttl-duration",
+            ),
+            (
+                &["--maximum-dead-containers=lots"][..],
+                "maximum-dead-containers",
+            ),
+        ] {
+            match resolve_args(args) {
+                Err(e) => assert!(e.contains(flag), "{args:?}: {e}"),
+                Ok(c) => panic!("{args:?} accepted: {c:?}"),
+            }
+        }
+    }
 }
