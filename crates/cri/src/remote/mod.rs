@@ -155,6 +155,23 @@ impl RemoteRuntime {
         .stats)
     }
 
+    /// Asks the runtime to reopen a container's log file at its log path
+    /// (`ReopenContainerLog`), after the kubelet renamed it for rotation.
+    /// Fails when the container is not running.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = pb::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        };
+        call(
+            "ReopenContainerLog",
+            self.timeout,
+            c.reopen_container_log(request(req, self.timeout)),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Image filesystem usage (`ImageFsInfo`).
     pub async fn image_fs_info(&self) -> Result<pb::ImageFsInfoResponse> {
         let mut c = self.image.clone();

@@ -211,3 +211,64 @@ async fn dropping_a_pull_cancels_it_on_the_runtime() {
         "the runtime saw the pull cancelled"
     );
 }
+
+/// Reopens one container's log; any other container is not found, and a
+/// reopen that hangs is cut at the client's deadline.
+struct Reopen(tokio::sync::mpsc::UnboundedSender<(String, Option<String>)>);
+
+#[tonic::async_trait]
+impl crate::pb::runtime_service_server::RuntimeService for Reopen {
+    async fn reopen_container_log(
+        &self,
+        req: tonic::Request<pb::ReopenContainerLogRequest>,
+    ) -> std::result::Result<tonic::Response<pb::ReopenContainerLogResponse>, tonic::Status> {
+        let sent = req
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let id = req.into_inner().container_id;
+        let _ = self.0.send((id.clone(), sent));
+        match id.as_str() {
+            "running" => Ok(tonic::Response::new(pb::ReopenContainerLogResponse {})),
+            "hangs" => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(tonic::Response::new(pb::ReopenContainerLogResponse {}))
+            }
+            _ => Err(tonic::Status::not_found("container not found")),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reopen_container_log_sends_the_id_with_the_deadline() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (_dir, rt) = serve(Reopen(tx), NoImages, Duration::from_secs(1)).await;
+    rt.reopen_container_log("running").await.expect("reopened");
+    let (id, sent) = rx.recv().await.expect("the runtime saw the call");
+    assert_eq!(id, "running");
+    assert!(sent.is_some(), "the deadline travels with the call");
+    let err = rt
+        .reopen_container_log("gone")
+        .await
+        .expect_err("not found");
+    assert!(err.is_not_found(), "{err:?}");
+    let err = rt
+        .reopen_container_log("hangs")
+        .await
+        .expect_err("deadline");
+    // Cut by our deadline, or by the server honouring the one it was sent.
+    assert!(
+        matches!(
+            err,
+            CriError::Timeout {
+                op: "ReopenContainerLog",
+                ..
+            } | CriError::Rpc {
+                code: tonic::Code::Cancelled,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
