@@ -2,9 +2,19 @@
 //! `evictSandboxes`, `removeOldestN`, and the pod cleanup of
 //! `kubelet_pods.go`): dead sandboxes, old container instances, and the
 //! runtime's traces of a pod that is gone (never its pod directory).
+//!
+//! The periodic collector (upstream `containerGC.GarbageCollect`) is in
+//! `collector`; both remove a container with its log files, as upstream's
+//! `removeContainer` does (`removeContainerLog`: the log and its rotations).
+
+mod collector;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
 
 use cri::pb;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::KubeRuntimeManager;
 use crate::Result;
@@ -38,11 +48,26 @@ impl KubeRuntimeManager {
             .skip(1)
             .collect();
         for s in dead {
-            if let Err(e) = self.runtime.remove_container(&s.id).await
-                && !e.is_not_found()
-            {
+            if let Err(e) = self.remove_container(&s.id).await {
                 warn!(container.id = %s.id, error = %e, "Failed to remove dead container");
             }
+        }
+    }
+
+    /// Upstream `removeContainer`: the container's log file and its rotated
+    /// files first (a removed container's logs are read by nobody, and
+    /// containerd leaves them), then the container. A container already
+    /// gone is not an error.
+    pub(super) async fn remove_container(&self, id: &str) -> Result<()> {
+        match self.runtime.container_status(id).await {
+            Ok(s) => remove_container_logs(&s.log_path).await,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        match self.runtime.remove_container(id).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -83,5 +108,48 @@ impl KubeRuntimeManager {
         }
         self.forget_pod(&status.uid);
         Ok(())
+    }
+}
+
+/// Removes `log_path` and its rotations (`<log_path>.<timestamp>[.gz]`,
+/// upstream `logManager.Clean`'s `<log_path>*`). Only absolute paths: the
+/// runtime reports the path it writes to.
+async fn remove_container_logs(log_path: &str) {
+    let path = Path::new(log_path);
+    if log_path.is_empty() || !path.is_absolute() {
+        return;
+    }
+    let (Some(dir), Some(base)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            warn!(dir = %dir.display(), error = %e, "Cannot list container log directory");
+            return;
+        }
+    };
+    let rotated = format!("{base}.");
+    loop {
+        let entry = match entries.next_entry().await {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "Cannot list container log directory");
+                break;
+            }
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name != base && !name.starts_with(&rotated) {
+            continue;
+        }
+        let file = entry.path();
+        match tokio::fs::remove_file(&file).await {
+            Ok(()) => debug!(file = %file.display(), "Removed container log"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(file = %file.display(), error = %e, "Failed to remove container log"),
+        }
     }
 }
