@@ -166,12 +166,20 @@ impl RuntimePodSyncer {
     }
 
     fn record(&self, p: &Pod, rs: &kubelet_runtime::PodStatus) {
-        self.record_phase(p, rs, false);
+        self.record_phase(p, rs, false, None);
     }
 
     /// Generates and stores the pod's status; `pod_is_terminal` once the pod
-    /// was stopped for good (upstream `generateAPIPodStatus(.., podIsTerminal)`).
-    fn record_phase(&self, p: &Pod, rs: &kubelet_runtime::PodStatus, pod_is_terminal: bool) {
+    /// was stopped for good (upstream `generateAPIPodStatus(.., podIsTerminal)`);
+    /// with `kill`, the status the kubelet ends the pod with, stored in the
+    /// same step so the pod never shows a live phase in between.
+    fn record_phase(
+        &self,
+        p: &Pod,
+        rs: &kubelet_runtime::PodStatus,
+        pod_is_terminal: bool,
+        kill: Option<&crate::pod_killer::KillRequest>,
+    ) {
         let uid = pod::uid(p);
         let waiting = |name: &str| self.runtime.waiting_reason(uid, name);
         let runtime_name = self.runtime_state.runtime_name();
@@ -187,6 +195,9 @@ impl RuntimePodSyncer {
         // The start time never changes, not even across a kubelet restart.
         if let Some(start) = self.previous_status(p).and_then(|s| s.start_time) {
             api.start_time = Some(start);
+        }
+        if let Some(req) = kill {
+            api = req.terminal_status(api);
         }
         let old = self.status.get_pod_status(uid);
         if let Some(old) = &old
@@ -264,10 +275,7 @@ impl RuntimePodSyncer {
             Ok(s) => s,
             Err(_) => before.clone(),
         };
-        self.record(p, &after);
-        if let Some(s) = self.status.get_pod_status(uid) {
-            self.status.set_pod_status(uid, req.terminal_status(s));
-        }
+        self.record_phase(p, &after, true, Some(req));
         SyncOutcome {
             error: killed.err().map(Error::Kill),
             requeue_after: None,
@@ -451,7 +459,7 @@ impl RuntimePodSyncer {
                 .get_pod_status(uid, name, ns)
                 .await
                 .map_err(|e| Error::PodStatus(Arc::new(e)))?;
-            self.record_phase(p, &status, true);
+            self.record_phase(p, &status, true, None);
             self.status.mark_terminated(uid);
             info!("Pod stopped");
         }
