@@ -59,6 +59,29 @@ impl ImageGcRuntime for CriImageRuntime {
         Ok(self.remote.image_status(reference).await?.map(|i| i.id))
     }
 
+    async fn runtime_sandbox_image(&self) -> Result<Option<String>, ImageGcError> {
+        let timeout = self.remote.timeout();
+        let mut client = self.remote.runtime_client();
+        let mut req = tonic::Request::new(cri::pb::StatusRequest { verbose: true });
+        req.set_timeout(timeout);
+        let resp = match tokio::time::timeout(timeout, client.status(req)).await {
+            Err(_) => {
+                return Err(cri::CriError::Timeout {
+                    op: "Status",
+                    timeout,
+                }
+                .into());
+            }
+            Ok(Err(status)) => {
+                return Err(
+                    cri::CriError::from_status_with_deadline("Status", status, timeout).into(),
+                );
+            }
+            Ok(Ok(resp)) => resp.into_inner(),
+        };
+        Ok(resp.info.get("config").and_then(|c| sandbox_image_of(c)))
+    }
+
     async fn remove_image(&self, id: &str) -> Result<(), ImageGcError> {
         Ok(self.remote.remove_image(id).await?)
     }
@@ -84,6 +107,17 @@ impl ImageGcRuntime for CriImageRuntime {
             images_used,
         })
     }
+}
+
+/// The sandbox image in the runtime's verbose status `config` (containerd
+/// 1.x `sandboxImage`; 2.x `pinnedImages.sandbox`).
+fn sandbox_image_of(config: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+    v.get("sandboxImage")
+        .or_else(|| v.get("pinnedImages").and_then(|p| p.get("sandbox")))
+        .and_then(|s| s.as_str())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
 }
 
 /// Capacity and available bytes of the filesystem at `mountpoint`, read on
@@ -121,6 +155,22 @@ async fn statvfs(mountpoint: &str, timeout: Duration) -> Result<(u64, u64), Imag
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_image_is_read_from_containerd_1_and_2_status_config() {
+        let v1 = r#"{"containerd":{"snapshotter":"overlayfs"},"sandboxImage":"localhost:5000/pause:3.9"}"#;
+        assert_eq!(
+            sandbox_image_of(v1).as_deref(),
+            Some("localhost:5000/pause:3.9")
+        );
+        let v2 = r#"{"pinnedImages":{"sandbox":"registry.k8s.io/pause:3.10"}}"#;
+        assert_eq!(
+            sandbox_image_of(v2).as_deref(),
+            Some("registry.k8s.io/pause:3.10")
+        );
+        assert_eq!(sandbox_image_of(r#"{"sandboxImage":""}"#), None);
+        assert_eq!(sandbox_image_of("not json"), None);
+    }
 
     #[tokio::test]
     async fn statvfs_reads_a_real_filesystem() {

@@ -53,6 +53,9 @@ pub trait ImageGcRuntime: Send + Sync + 'static {
     async fn container_images(&self) -> Result<HashSet<String>, ImageGcError>;
     /// The ID of the image `reference` names, if present (`ImageStatus`).
     async fn image_id(&self, reference: &str) -> Result<Option<String>, ImageGcError>;
+    /// The pod sandbox image the runtime is configured with, when it says
+    /// (containerd's verbose `Status`: `config.sandboxImage`).
+    async fn runtime_sandbox_image(&self) -> Result<Option<String>, ImageGcError>;
     /// Removes an image by ID (`RemoveImage`).
     async fn remove_image(&self, id: &str) -> Result<(), ImageGcError>;
     /// The image filesystem's capacity and availability.

@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::{ImageGcError, ImageGcPolicy, ImageGcRuntime, ImageInfo, reason};
+use crate::{ImageGcError, ImageGcPolicy, ImageGcRuntime, reason};
 
 /// What the manager knows of one image (upstream `imageRecord`).
 #[derive(Clone, Debug)]
@@ -221,20 +221,12 @@ impl ImageGcManager {
     ) -> Result<HashSet<String>, ImageGcError> {
         let images = self.runtime.list_images().await?;
         let refs = self.runtime.container_images().await?;
-        let sandbox_id = match &self.sandbox_image {
-            None => None,
-            Some(s) => match self.runtime.image_id(s).await {
-                Ok(id) => id,
-                Err(error) => {
-                    debug!(%error, sandbox_image = %s, "Could not resolve the sandbox image; matching it by name");
-                    None
-                }
-            },
-        };
+        let sandbox = self.sandbox_images().await;
         let mut in_use = HashSet::new();
         let mut current = HashSet::with_capacity(images.len());
         for image in images {
-            let used = self.is_used(&image, &refs, sandbox_id.as_deref());
+            let used = refs.iter().any(|r| image.is_named(r))
+                || sandbox.iter().any(|s| s == &image.id || image.is_named(s));
             let r = records.entry(image.id.clone()).or_insert_with(|| {
                 debug!(image = %image.id, "New image");
                 Record {
@@ -256,15 +248,29 @@ impl ImageGcManager {
         Ok(in_use)
     }
 
-    fn is_used(&self, image: &ImageInfo, refs: &HashSet<String>, sandbox_id: Option<&str>) -> bool {
-        if refs.iter().any(|r| image.is_named(r)) {
-            return true;
+    /// The sandbox images never to remove: the configured one
+    /// (`--pod-infra-container-image`) and the one the runtime reports, with
+    /// the IDs they resolve to (so `pause:3.9` matches
+    /// `docker.io/library/pause:3.9`). A failed lookup only logs: the names
+    /// still match by tag and digest.
+    async fn sandbox_images(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.sandbox_image.iter().cloned().collect();
+        match self.runtime.runtime_sandbox_image().await {
+            Ok(Some(s)) if !names.contains(&s) => names.push(s),
+            Ok(_) => {}
+            Err(error) => debug!(%error, "The runtime did not report its sandbox image"),
         }
-        sandbox_id.is_some_and(|id| id == image.id)
-            || self
-                .sandbox_image
-                .as_deref()
-                .is_some_and(|s| image.is_named(s))
+        let mut out = names.clone();
+        for name in &names {
+            match self.runtime.image_id(name).await {
+                Ok(Some(id)) => out.push(id),
+                Ok(None) => {}
+                Err(error) => {
+                    debug!(%error, sandbox_image = %name, "Could not resolve the sandbox image")
+                }
+            }
+        }
+        out
     }
 
     /// Unused, unpinned images, least recently used first, ties broken by

@@ -22,6 +22,7 @@ struct State {
     removed: Vec<String>,
     fail_remove: HashSet<String>,
     fail_list: bool,
+    runtime_sandbox: Option<String>,
 }
 
 #[derive(Default)]
@@ -69,6 +70,9 @@ impl ImageGcRuntime for FakeRuntime {
             .iter()
             .find(|i| i.is_named(reference))
             .map(|i| i.id.clone()))
+    }
+    async fn runtime_sandbox_image(&self) -> Result<Option<String>, ImageGcError> {
+        Ok(self.0.lock().runtime_sandbox.clone())
     }
     async fn remove_image(&self, id: &str) -> Result<(), ImageGcError> {
         let mut s = self.0.lock();
@@ -280,6 +284,15 @@ async fn the_sandbox_image_is_kept_when_named_differently_from_its_tag() {
     });
     rt.set(|s| s.images[0].repo_tags.push("pause:3.9".into()));
     let (m, _) = manager(&rt, policy(1, 0, 0, 0), Some("pause:3.9"));
+    m.garbage_collect().await.expect_err("nothing to free");
+    assert!(rt.removed().is_empty());
+    // The runtime's own sandbox image, with no flag.
+    let rt = FakeRuntime::with(|s| {
+        s.images = vec![image("sha256:pause", "localhost:5000/pause:3.9", 10)];
+        s.runtime_sandbox = Some("localhost:5000/pause:3.9".into());
+        (s.capacity, s.available) = (100, 0);
+    });
+    let (m, _) = manager(&rt, policy(1, 0, 0, 0), None);
     m.garbage_collect().await.expect_err("nothing to free");
     assert!(rt.removed().is_empty());
     // And by ID alone.
