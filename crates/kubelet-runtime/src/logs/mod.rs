@@ -177,6 +177,8 @@ where
     let mut line = Vec::new();
     // Once the container is seen stopped, read to the end and return.
     let mut draining = false;
+    // The file now at the path, once the runtime rotated the one being read.
+    let mut reopened: Option<(tokio::fs::File, Option<(u64, u64)>)> = None;
     loop {
         let n = reader
             .read_until(b'\n', &mut line)
@@ -198,6 +200,21 @@ where
             continue;
         }
         // End of file; `line` may hold an incomplete line (kept for later).
+        if let Some((f, now)) = reopened.take() {
+            // The old file is read to its end: go on in the new one.
+            debug!(path = %path.display(), "Log file rotated; reading the new one");
+            if !line.is_empty()
+                && let Ok(l) = parse_cri_line(&line)
+                && writer.write(&l).await.is_err()
+            {
+                return Ok(());
+            }
+            line.clear();
+            reader = BufReader::new(f);
+            ident = now;
+            events = None;
+            continue;
+        }
         if !opts.follow || draining {
             if !line.is_empty()
                 && let Ok(l) = parse_cri_line(&line)
@@ -210,16 +227,14 @@ where
             draining = true;
             continue;
         }
-        // A rotated file: finish the old one (just done), reopen the path.
+        // A rotated file (upstream `waitLogs`' recreated): open the new one
+        // now, but first read the old one to its end once more, for what the
+        // runtime wrote to it before it reopened.
         let now = identity(&path).await;
         if now.is_some() && now != ident {
             match tokio::fs::File::open(&path).await {
                 Ok(f) => {
-                    debug!(path = %path.display(), "Log file rotated; reopening");
-                    reader = BufReader::new(f);
-                    ident = now;
-                    line.clear();
-                    events = None;
+                    reopened = Some((f, now));
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

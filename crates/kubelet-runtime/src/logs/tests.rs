@@ -154,6 +154,59 @@ async fn follow_sees_appends_and_rotation_and_ends_when_the_container_stops() {
         .expect("ok");
 }
 
+/// Rotates the log when the reader, at the end of the file, asks whether
+/// the container runs: the runtime wrote one more line to the old file
+/// before it reopened the path.
+struct RotateOnCheck {
+    path: PathBuf,
+    armed: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl ContainerRunning for RotateOnCheck {
+    async fn is_running(&self, _: &str) -> Result<bool, cri::CriError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            use std::io::Write;
+            let old = self.path.with_extension("log.20240101-000001");
+            std::fs::rename(&self.path, &old).expect("rotate");
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&old)
+                .expect("old");
+            f.write_all(line("02", "stdout", "F", "late").as_bytes())
+                .expect("late line");
+            std::fs::write(&self.path, line("03", "stdout", "F", "new")).expect("new file");
+        }
+        Ok(true)
+    }
+}
+
+#[tokio::test]
+async fn follow_finishes_the_rotated_file_before_the_new_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("0.log");
+    std::fs::write(&path, line("01", "stdout", "F", "first")).expect("write");
+    let runtime = RotateOnCheck {
+        path: path.clone(),
+        armed: AtomicBool::new(true),
+    };
+    let (mut rd, mut wr) = tokio::io::duplex(1 << 16);
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(async move {
+        let opts = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        read_logs(&path, "c1", &opts, &runtime, &mut wr, &s).await
+    });
+    let mut got = String::new();
+    expect(&mut rd, &mut got, "new\n").await;
+    assert_eq!(got, "first\nlate\nnew\n");
+    stop.cancel();
+    task.await.expect("join").expect("ok");
+}
+
 #[tokio::test]
 async fn a_cancelled_follow_returns() {
     let (_d, p) = sample();
