@@ -3,7 +3,10 @@
 //! ready (the runtime is *down* once that is older than 30 s), whether it and
 //! its network report ready, the runtime's name and version as of the last
 //! check, and named health checks (the PLEG). Node status reads it to set the
-//! Ready condition; `/healthz` does not, as upstream.
+//! Ready condition; `/healthz` does not, as upstream. The node shutdown
+//! manager's status (upstream `shutdownManager.ShutdownStatus`, which
+//! upstream hands the Ready setter beside the runtime's errors) is kept here
+//! too: while the node shuts down it is NotReady with that error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,7 @@ pub struct RuntimeState {
     network_error: RwLock<Option<String>>,
     version: RwLock<Option<RuntimeVersion>>,
     health_checks: RwLock<Vec<(&'static str, HealthCheck)>>,
+    shutdown_status: RwLock<Option<String>>,
 }
 
 impl RuntimeState {
@@ -53,12 +57,25 @@ impl RuntimeState {
             network_error: RwLock::new(None),
             version: RwLock::new(None),
             health_checks: RwLock::new(health_checks),
+            shutdown_status: RwLock::new(None),
         }
     }
 
     /// Adds a named health check (upstream `addHealthCheck`).
     pub fn add_health_check(&self, name: &'static str, check: HealthCheck) {
         self.health_checks.write().push((name, check));
+    }
+
+    /// Sets or clears the node shutdown manager's error (upstream
+    /// `ShutdownStatus()`: `node is shutting down`).
+    pub fn set_shutdown_status(&self, err: Option<String>) {
+        *self.shutdown_status.write() = err;
+    }
+
+    /// The node shutdown manager's error while the node shuts down (for
+    /// node readiness and pod admission).
+    pub fn shutdown_status(&self) -> Option<String> {
+        self.shutdown_status.read().clone()
     }
 
     /// The runtime's name and version as of the last (re)connect.
@@ -181,6 +198,7 @@ impl kubelet_node::RuntimeState for RuntimeState {
             }
         }
         out.extend(self.runtime_error.read().iter().cloned());
+        out.extend(self.shutdown_status.read().iter().cloned());
         out
     }
 
@@ -248,6 +266,25 @@ mod tests {
             vec!["PLEG is not healthy: pleg was last seen active 3m1s ago".to_string()]
         );
         stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_shutting_down_is_not_ready_with_upstreams_message() {
+        let fake = FakeRuntime::new();
+        let state = RuntimeState::new(vec![]);
+        state.update_runtime_up(&fake).await;
+        assert!(state.runtime_errors().is_empty());
+        state.set_shutdown_status(Some("node is shutting down".into()));
+        assert_eq!(
+            state.runtime_errors(),
+            vec!["node is shutting down".to_string()]
+        );
+        assert_eq!(
+            state.shutdown_status().as_deref(),
+            Some("node is shutting down")
+        );
+        state.set_shutdown_status(None);
+        assert!(state.runtime_errors().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
