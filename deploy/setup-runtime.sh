@@ -5,7 +5,9 @@
 # busybox-static with umoci + skopeo. A second loopback registry on
 # 127.0.0.1:5001 requires basic auth (htpasswd, bcrypt; user $AUTH_USER,
 # password $AUTH_PASSWORD below) and holds the same busybox as
-# private/busybox:1.35, for imagePullSecrets tests. Safe to run again at any
+# private/busybox:1.35, for imagePullSecrets tests. dbus-daemon runs the
+# private bus of the graceful node shutdown tests (a test logind on it; these
+# machines have no systemd). Safe to run again at any
 # time: each step checks first and does only what is missing.
 #
 #   sudo deploy/setup-runtime.sh          # set up (or repair) the node
@@ -32,7 +34,7 @@ AUTH_REGISTRY=127.0.0.1:5001
 AUTH_USER=kubelet-test
 AUTH_PASSWORD=kubelet-test-pull-secret
 AUTH_IMAGE=private/busybox:1.35
-PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static apache2-utils)
+PACKAGES=(containerd runc containernetworking-plugins iptables docker-registry umoci skopeo busybox-static apache2-utils dbus-daemon)
 CNI_DIR="${KUBELET_RS_CNI_DIR:-/etc/cni/net.d}"
 CNI_FILE=10-kubelet-rs-bridge.conflist
 
