@@ -143,6 +143,7 @@ fn manager(mem_available: u64) -> Manager {
             recorder: Arc::new(kubelet_types::events::NoopRecorder),
             metrics: Arc::new(NoMetrics),
         },
+        kubelet_eviction::Pressure::channel().0,
     )
 }
 

@@ -49,6 +49,10 @@ fn tolerates(t: &Toleration, key: &str, effect: &str) -> bool {
     effect_ok && key_ok && value_ok && (!empty_key || op == "Exists")
 }
 
+/// Where the manager publishes the conditions.
+#[derive(Debug)]
+pub struct PressureSender(pub(crate) watch::Sender<Vec<NodeCondition>>);
+
 /// The conditions eviction last reported; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Pressure {
@@ -62,8 +66,16 @@ impl Pressure {
         Self { rx }
     }
 
-    pub(crate) fn new(rx: watch::Receiver<Vec<NodeCondition>>) -> Self {
+    pub(crate) fn from_receiver(rx: watch::Receiver<Vec<NodeCondition>>) -> Self {
         Self { rx }
+    }
+
+    /// A channel: the manager publishes on the sender, readers hold the
+    /// receiving side (created before the manager, so admission and node
+    /// status can be wired first).
+    pub fn channel() -> (PressureSender, Self) {
+        let (tx, rx) = watch::channel(Vec::new());
+        (PressureSender(tx), Self { rx })
     }
 
     /// The conditions now, in the order eviction observed them.

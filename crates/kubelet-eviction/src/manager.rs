@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::admit::{Pressure, is_critical};
+use crate::admit::{Pressure, PressureSender, is_critical};
 use crate::api::{NodeCondition, Signal, Threshold};
 use crate::message::{REASON, eviction_message};
 use crate::rank::{StatsByUid, rank};
@@ -93,20 +93,21 @@ fn i(v: u64) -> i64 {
 }
 
 impl Manager {
-    /// A manager; [`Manager::pressure`] is what admission and node status read.
-    pub fn new(config: Config, deps: Deps) -> Self {
+    /// A manager publishing node conditions on `pressure` (see
+    /// [`Pressure::channel`]).
+    pub fn new(config: Config, deps: Deps, pressure: PressureSender) -> Self {
         Self {
             config,
             deps,
             state: Mutex::default(),
-            conditions: watch::channel(Vec::new()).0,
+            conditions: pressure.0,
             wake: Arc::new(Notify::new()),
         }
     }
 
     /// The node conditions as the manager last computed them.
     pub fn pressure(&self) -> Pressure {
-        Pressure::new(self.conditions.subscribe())
+        Pressure::from_receiver(self.conditions.subscribe())
     }
 
     /// Wakes the loop at once (memory threshold notifiers).

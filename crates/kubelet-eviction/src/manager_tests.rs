@@ -152,6 +152,7 @@ fn manager(s: Setup) -> (Arc<Manager>, Arc<Fakes>) {
             recorder: f(),
             metrics: Arc::new(NoMetrics),
         },
+        crate::Pressure::channel().0,
     );
     set_node(&fakes, 8 * GI, 100 * GI);
     (Arc::new(m), fakes)
