@@ -97,8 +97,6 @@ const KNOWN_UNUSED: &[&str] = &[
     "memoryManagerPolicy",
     "topologyManagerPolicy",
     "topologyManagerScope",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
     "streamingConnectionIdleTimeout",
     "enableServer",
     "enableDebuggingHandlers",
@@ -127,6 +125,16 @@ const KNOWN_UNUSED: &[&str] = &[
     "seccompDefault",
     "localStorageCapacityIsolation",
     "containerRuntimeEndpoint",
+];
+
+/// Config-file-only fields (no flag spelling) a subsystem reads through
+/// [`crate::housekeeping`]: known, so not reported as ignored.
+const READ_BY_SUBSYSTEMS: &[&str] = &[
+    "shutdownGracePeriodByPodPriority",
+    // kubelet-rs only: where the node shutdown manager finds logind (the
+    // system bus by default) and writes its logind drop-in.
+    "shutdownSystemBusAddress",
+    "shutdownLogindConfigDirectory",
 ];
 
 /// Errors reading the config file.
@@ -192,7 +200,11 @@ impl KubeletConfiguration {
         let ignored = cfg
             .other
             .keys()
-            .filter(|k| !KNOWN_UNUSED.contains(&k.as_str()) && !backs_a_flag(k))
+            .filter(|k| {
+                !KNOWN_UNUSED.contains(&k.as_str())
+                    && !READ_BY_SUBSYSTEMS.contains(&k.as_str())
+                    && !backs_a_flag(k)
+            })
             .cloned()
             .collect();
         Ok((cfg, ignored))

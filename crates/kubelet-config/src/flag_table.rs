@@ -414,12 +414,13 @@ pub const FLAGS: &[UpstreamFlag] = &[
     removed("seccomp-profile-root", Str, "1.23"),
     config("serialize-image-pulls", Bool, "serializeImagePulls"),
     // Config-file-only upstream, but bootstrap scripts pass them as flags.
-    config("shutdown-grace-period", Duration, "shutdownGracePeriod"),
+    config("shutdown-grace-period", Duration, "shutdownGracePeriod").acts(),
     config(
         "shutdown-grace-period-critical-pods",
         Duration,
         "shutdownGracePeriodCriticalPods",
-    ),
+    )
+    .acts(),
     removed("skip-headers", Bool, "1.26"),
     removed("skip-log-headers", Bool, "1.26"),
     removed("stderrthreshold", Severity, "1.26"),
