@@ -251,6 +251,7 @@ pub struct KubeletMetrics {
     run_podsandbox_duration: HistogramFamily<RuntimeHandlerLabel>,
     run_podsandbox_errors: Family<RuntimeHandlerLabel, Counter>,
     evictions: Family<EvictionLabel, Counter>,
+    eviction_stats_age: HistogramFamily<EvictionLabel>,
     started_pods: Counter,
     started_pods_errors: Counter,
     started_containers: Family<ContainerTypeLabel, Counter>,
@@ -388,6 +389,11 @@ impl KubeletMetrics {
             "Cumulative number of pod evictions by eviction signal",
             &Family::default(),
         );
+        let eviction_stats_age = b.add(
+            "kubelet_eviction_stats_age_seconds",
+            "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+            &hf(def_histogram),
+        );
         let started_pods = b.add(
             "kubelet_started_pods_total",
             "Cumulative number of pods started",
@@ -464,6 +470,7 @@ impl KubeletMetrics {
             run_podsandbox_duration,
             run_podsandbox_errors,
             evictions,
+            eviction_stats_age,
             started_pods,
             started_pods_errors,
             started_containers,

@@ -6,7 +6,9 @@
 //!
 //! Node status reads the runtime's health through [`RuntimeState`], which the
 //! agent implements (upstream passes `runtimeState.runtimeErrors` and
-//! `networkErrors` into the setters the same way).
+//! `networkErrors` into the setters the same way), and resource pressure
+//! through [`NodePressure`] (upstream passes the eviction manager's
+//! `IsUnderMemoryPressure`, `IsUnderDiskPressure`, `IsUnderPIDPressure`).
 
 pub mod node_ip;
 pub mod nodelease;
@@ -20,4 +22,32 @@ pub trait RuntimeState: Send + Sync + 'static {
     fn runtime_errors(&self) -> Vec<String>;
     /// Why the pod network is unusable.
     fn network_errors(&self) -> Vec<String>;
+}
+
+/// Resource pressure as node status sees it (upstream's eviction manager
+/// as `MemoryPressureCondition`, `DiskPressureCondition` and
+/// `PIDPressureCondition` read it).
+pub trait NodePressure: Send + Sync + 'static {
+    /// `MemoryPressure`.
+    fn memory_pressure(&self) -> bool;
+    /// `DiskPressure`.
+    fn disk_pressure(&self) -> bool;
+    /// `PIDPressure`.
+    fn pid_pressure(&self) -> bool;
+}
+
+/// A node never under pressure (no eviction manager).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPressure;
+
+impl NodePressure for NoPressure {
+    fn memory_pressure(&self) -> bool {
+        false
+    }
+    fn disk_pressure(&self) -> bool {
+        false
+    }
+    fn pid_pressure(&self) -> bool {
+        false
+    }
 }

@@ -119,6 +119,16 @@ impl KubeletMetrics {
             .inc();
     }
 
+    /// `kubelet_eviction_stats_age_seconds{eviction_signal}`: the stats a
+    /// met threshold was judged on were `age` old when eviction acted.
+    pub fn observe_eviction_stats_age(&self, eviction_signal: &str, age: Duration) {
+        self.eviction_stats_age
+            .get_or_create(&EvictionLabel {
+                eviction_signal: eviction_signal.to_string(),
+            })
+            .observe(seconds(age));
+    }
+
     /// A sandbox creation was attempted (`kubelet_started_pods_total`,
     /// and `kubelet_started_pods_errors_total` when it failed).
     pub fn record_started_pod(&self, failed: bool) {

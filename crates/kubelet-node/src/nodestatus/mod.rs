@@ -77,6 +77,8 @@ pub struct NodeStatusManager {
     pub images: Arc<dyn ImageService>,
     /// The runtime's health (runtime, network, PLEG), as the agent last saw it.
     pub runtime_state: Arc<dyn RuntimeState>,
+    /// Resource pressure, as the eviction manager last computed it.
+    pub pressure: Arc<dyn crate::NodePressure>,
     /// Wall clock for heartbeats.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -119,7 +121,12 @@ impl NodeStatusManager {
             addresses: Some(setters::addresses(&self.node_ips, &self.node_name)),
             allocatable: Some(allocatable),
             capacity: Some(capacity),
-            conditions: Some(setters::conditions(previous, &facts.not_ready, &now)),
+            conditions: Some(setters::conditions(
+                previous,
+                &facts.not_ready,
+                setters::Pressures::of(self.pressure.as_ref()),
+                &now,
+            )),
             daemon_endpoints: Some(setters::daemon_endpoints(self.cfg.port)),
             // Never read (a runtime hung since start): the server's stay.
             images: facts.images.as_deref().map(setters::images),

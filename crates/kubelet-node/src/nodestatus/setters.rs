@@ -198,11 +198,47 @@ pub fn images(list: &[cri::pb::Image]) -> Vec<ContainerImage> {
         .collect()
 }
 
-/// The kubelet's conditions given why it is not ready (empty: ready). Transition
-/// times move only when a condition's status changes.
+/// Resource pressure the eviction manager reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pressures {
+    /// `MemoryPressure`.
+    pub memory: bool,
+    /// `DiskPressure`.
+    pub disk: bool,
+    /// `PIDPressure`.
+    pub pid: bool,
+}
+
+impl Pressures {
+    /// Reads `p` once.
+    pub fn of(p: &dyn crate::NodePressure) -> Self {
+        Self {
+            memory: p.memory_pressure(),
+            disk: p.disk_pressure(),
+            pid: p.pid_pressure(),
+        }
+    }
+}
+
+fn pressure_condition(
+    ty: &'static str,
+    under: bool,
+    yes: (&'static str, &'static str),
+    no: (&'static str, &'static str),
+) -> (&'static str, &'static str, &'static str, String) {
+    let (status, (reason, message)) = if under { ("True", yes) } else { ("False", no) };
+    (ty, status, reason, message.to_string())
+}
+
+/// The kubelet's conditions given why it is not ready (empty: ready) and
+/// the pressure the eviction manager reports (upstream
+/// `MemoryPressureCondition`, `DiskPressureCondition`,
+/// `PIDPressureCondition`, `ReadyCondition`). Transition times move only
+/// when a condition's status changes.
 pub fn conditions(
     previous: &[NodeCondition],
     not_ready: &[String],
+    pressure: Pressures,
     now: &Time,
 ) -> Vec<NodeCondition> {
     let ready_msg = if not_ready.is_empty() {
@@ -211,23 +247,35 @@ pub fn conditions(
         not_ready.join(",")
     };
     let wanted = [
-        (
+        pressure_condition(
             "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available".to_string(),
+            pressure.memory,
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
         ),
-        (
+        pressure_condition(
             "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure".to_string(),
+            pressure.disk,
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
         ),
-        (
+        pressure_condition(
             "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available".to_string(),
+            pressure.pid,
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
         ),
         if not_ready.is_empty() {
             ("Ready", "True", "KubeletReady", ready_msg)
@@ -344,16 +392,64 @@ mod tests {
     }
 
     #[test]
+    fn pressure_conditions_as_upstream() {
+        let t0 = Time(jiff::Timestamp::from_second(1000).expect("t"));
+        let t1 = Time(jiff::Timestamp::from_second(2000).expect("t"));
+        let c0 = conditions(&[], &[], Pressures::default(), &t0);
+        let all = Pressures {
+            memory: true,
+            disk: true,
+            pid: true,
+        };
+        let c1 = conditions(&c0, &[], all, &t1);
+        let get = |ty: &str| {
+            c1.iter()
+                .find(|c| c.type_ == ty)
+                .expect("condition")
+                .clone()
+        };
+        for (ty, reason, message) in [
+            (
+                "MemoryPressure",
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
+            (
+                "DiskPressure",
+                "KubeletHasDiskPressure",
+                "kubelet has disk pressure",
+            ),
+            (
+                "PIDPressure",
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
+        ] {
+            let c = get(ty);
+            assert_eq!(c.status, "True", "{ty}");
+            assert_eq!(c.reason.as_deref(), Some(reason));
+            assert_eq!(c.message.as_deref(), Some(message));
+            assert_eq!(c.last_transition_time, Some(t1.clone()), "{ty} changed");
+        }
+        assert_eq!(get("Ready").status, "True");
+    }
+
+    #[test]
     fn ready_condition_reasons_and_transitions() {
         let t0 = Time(jiff::Timestamp::from_second(1000).expect("t"));
         let t1 = Time(jiff::Timestamp::from_second(2000).expect("t"));
-        let c0 = conditions(&[], &[], &t0);
+        let c0 = conditions(&[], &[], Pressures::default(), &t0);
         let ready = c0.iter().find(|c| c.type_ == "Ready").expect("ready");
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_deref()),
             ("True", Some("KubeletReady"))
         );
-        let c1 = conditions(&c0, &["container runtime is down".into()], &t1);
+        let c1 = conditions(
+            &c0,
+            &["container runtime is down".into()],
+            Pressures::default(),
+            &t1,
+        );
         let nr = c1.iter().find(|c| c.type_ == "Ready").expect("ready");
         assert_eq!(nr.reason.as_deref(), Some("KubeletNotReady"));
         assert_eq!(nr.last_transition_time, Some(t1.clone()));

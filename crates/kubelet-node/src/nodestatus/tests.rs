@@ -337,6 +337,7 @@ fn manager(
         runtime: Arc::new(fake.clone()),
         images: Arc::new(fake.clone()),
         runtime_state: health.clone(),
+        pressure: Arc::new(crate::NoPressure),
         clock: Arc::new(TokioClock::default()),
         recorder: Arc::new(RecordingRecorder::default()),
         registered: tx,

@@ -101,6 +101,8 @@ pub(super) struct Wiring<'a> {
     pub registered_tx: watch::Sender<Option<String>>,
     pub registered: watch::Receiver<Option<String>>,
     pub latest_node: watch::Sender<Option<k8s_openapi::api::core::v1::Node>>,
+    /// The eviction manager's node conditions.
+    pub pressure: Arc<dyn kubelet_node::NodePressure>,
 }
 
 impl Cluster {
@@ -133,6 +135,7 @@ impl Cluster {
             runtime: Arc::new(w.remote.clone()),
             images: Arc::new(w.remote.clone()),
             runtime_state: w.runtime_state,
+            pressure: w.pressure,
             clock: clock.clone(),
             recorder: self.recorder.clone(),
             registered: w.registered_tx,

@@ -1,11 +1,33 @@
-//! The eviction manager (`kubelet-eviction`), upstream `evictionManager.Start`.
+//! The eviction manager (`kubelet-eviction`), upstream `evictionManager.Start`
+//! with the kubelet behind its seams: stats from `/stats/summary` (node
+//! memory read fresh from the root cgroup, emptyDir usage measured under
+//! the pod's directory, as upstream's volume stats do), the pod manager's
+//! non-terminal pods, the pod killer, image and container GC, and the
+//! metrics.
 
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use kubelet_config::SettingValue;
+use kubelet_eviction::stats::{
+    ContainerStats, FsSignal, FsUsage, MemorySignal, NodeStats, PodStats, Summary,
+};
+use kubelet_eviction::{EvictionError, Pressure};
+use kubelet_server::stats::StatsProvider;
+use kubelet_server::stats::summary as api;
+use kubelet_types::pod;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::{error, info_span};
 
 use super::housekeeping::Housekeeping;
+use super::spawn::spawn_in;
+use crate::pod_killer::{KillRequest, PodKiller};
+use crate::pod_manager::PodManager;
+use crate::status::StatusManager;
 
 /// What eviction reclaims disk with before it evicts a pod.
 pub(super) struct Reclaimers {
@@ -13,11 +35,389 @@ pub(super) struct Reclaimers {
     pub containers: Option<Arc<dyn kubelet_eviction::ContainerGc>>,
 }
 
-/// Starts it on `tasks` under `stop`.
+/// Upstream `evictionMonitoringPeriod`.
+const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
+/// Deadline of one stats collection for eviction.
+const STATS_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn boxed(e: impl std::error::Error + Send + Sync + 'static) -> EvictionError {
+    EvictionError::Stats(Box::new(e))
+}
+
+fn time_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<SystemTime> {
+    let ns = t?.0.as_nanosecond();
+    let ns = u64::try_from(ns).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+fn fs_signal(f: &api::FsStats) -> FsSignal {
+    FsSignal {
+        available_bytes: f.available_bytes,
+        capacity_bytes: f.capacity_bytes,
+        inodes_free: f.inodes_free,
+        inodes: f.inodes,
+        time: time_of(f.time.as_ref()),
+    }
+}
+
+fn fs_usage(f: Option<&api::FsStats>) -> FsUsage {
+    FsUsage {
+        used_bytes: f.and_then(|f| f.used_bytes),
+        inodes_used: f.and_then(|f| f.inodes_used),
+    }
+}
+
+/// Bytes and inodes under `dir`, never crossing into another filesystem
+/// (blocking).
+fn du(dir: &Path) -> FsUsage {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(root) = std::fs::symlink_metadata(dir) else {
+        return FsUsage::default();
+    };
+    let dev = root.dev();
+    let (mut bytes, mut inodes) = (root.blocks() * 512, 1u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.dev() != dev {
+                continue;
+            }
+            bytes += m.blocks() * 512;
+            inodes += 1;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    FsUsage {
+        used_bytes: Some(bytes),
+        inodes_used: Some(inodes),
+    }
+}
+
+/// The summary as eviction reads it.
+struct Stats {
+    host: Arc<crate::host::KubeletHost>,
+    pods: PodManager,
+    root_dir: PathBuf,
+    roots: kubelet_eviction::notifier::Roots,
+}
+
+/// A pod's emptyDir usage by volume name, and whether it is on disk
+/// (blocking). Memory-backed ones count too: their limit is theirs.
+fn empty_dirs(root_dir: &Path, p: &Pod) -> Vec<(String, FsUsage, bool)> {
+    let dir = root_dir
+        .join("pods")
+        .join(pod::uid(p))
+        .join("volumes/kubernetes.io~empty-dir");
+    p.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let e = v.empty_dir.as_ref()?;
+            let on_disk = e.medium.as_deref().unwrap_or("").is_empty();
+            Some((v.name.clone(), du(&dir.join(&v.name)), on_disk))
+        })
+        .collect()
+}
+
+type PodVolumes = Vec<(String, Vec<(String, FsUsage, bool)>)>;
+
+fn pod_stats(p: &api::PodStats, volumes: &PodVolumes) -> PodStats {
+    let vols = volumes
+        .iter()
+        .find(|(uid, _)| *uid == p.pod_ref.uid)
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or_default();
+    let on_disk: u64 = vols
+        .iter()
+        .filter(|(_, _, d)| *d)
+        .filter_map(|(_, u, _)| u.used_bytes)
+        .sum();
+    PodStats {
+        uid: p.pod_ref.uid.clone(),
+        memory_working_set: p.memory.as_ref().and_then(|m| m.working_set_bytes),
+        process_count: p.process_stats.as_ref().and_then(|s| s.process_count),
+        containers: p
+            .containers
+            .iter()
+            .map(|c| ContainerStats {
+                name: c.name.clone(),
+                memory_working_set: c.memory.as_ref().and_then(|m| m.working_set_bytes),
+                rootfs: fs_usage(c.rootfs.as_ref()),
+                logs: fs_usage(c.logs.as_ref()),
+            })
+            .collect(),
+        volumes: vols.iter().map(|(n, u, _)| (n.clone(), *u)).collect(),
+        ephemeral_used_bytes: Some(
+            p.ephemeral_storage
+                .as_ref()
+                .and_then(|e| e.used_bytes)
+                .unwrap_or(0)
+                + on_disk,
+        ),
+    }
+}
+
+#[async_trait::async_trait]
+impl kubelet_eviction::SummaryProvider for Stats {
+    async fn summary(&self) -> Result<Summary, EvictionError> {
+        let s = tokio::time::timeout(STATS_TIMEOUT, self.host.summary())
+            .await
+            .map_err(boxed)?
+            .map_err(boxed)?;
+        let pods: Vec<Arc<Pod>> = self.pods.get_pods();
+        let root_dir = self.root_dir.clone();
+        let roots = self.roots.clone();
+        let (memory, volumes) = tokio::task::spawn_blocking(move || {
+            let memory = kubelet_eviction::notifier::read_root_memory(&roots.cgroup, &roots.proc);
+            let volumes: PodVolumes = pods
+                .iter()
+                .map(|p| (pod::uid(p).to_string(), empty_dirs(&root_dir, p)))
+                .collect();
+            (memory, volumes)
+        })
+        .await
+        .map_err(boxed)?;
+        let memory = match memory {
+            Ok(m) => Some(MemorySignal {
+                available_bytes: m.available(),
+                working_set_bytes: m.working_set(),
+                time: Some(SystemTime::now()),
+            }),
+            // The summary's, as upstream reads it.
+            Err(_) => s.node.memory.as_ref().and_then(|m| {
+                Some(MemorySignal {
+                    available_bytes: m.available_bytes?,
+                    working_set_bytes: m.working_set_bytes?,
+                    time: time_of(m.time.as_ref()),
+                })
+            }),
+        };
+        let nodefs = s.node.fs.as_ref().map(fs_signal);
+        let imagefs = s
+            .node
+            .runtime
+            .as_ref()
+            .and_then(|r| r.image_fs.as_ref())
+            .map(fs_signal);
+        let dedicated_imagefs = match (&nodefs, &imagefs) {
+            (Some(n), Some(i)) => (n.capacity_bytes, n.inodes) != (i.capacity_bytes, i.inodes),
+            _ => false,
+        };
+        let pids = s.node.rlimit.as_ref().and_then(|r| {
+            Some((
+                u64::try_from(r.maxpid?).ok()?,
+                u64::try_from(r.curproc?).ok()?,
+                time_of(r.time.as_ref()),
+            ))
+        });
+        Ok(Summary {
+            node: NodeStats {
+                memory,
+                allocatable_memory: None,
+                nodefs,
+                imagefs,
+                pids,
+                dedicated_imagefs,
+            },
+            pods: s.pods.iter().map(|p| pod_stats(p, &volumes)).collect(),
+        })
+    }
+}
+
+/// The pod manager's pods that are not terminal.
+struct Active {
+    pods: PodManager,
+    status: Arc<StatusManager>,
+    root_dir: PathBuf,
+}
+
+fn terminal(status: &StatusManager, uid: &str) -> bool {
+    status
+        .get_pod_status(uid)
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p == "Failed" || p == "Succeeded")
+}
+
+#[async_trait::async_trait]
+impl kubelet_eviction::ActivePods for Active {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .get_pods()
+            .into_iter()
+            .filter(|p| !terminal(&self.status, pod::uid(p)))
+            .collect()
+    }
+
+    async fn cleaned_up(&self, p: &Pod) -> bool {
+        if !terminal(&self.status, pod::uid(p)) {
+            return false;
+        }
+        let dir = self.root_dir.join("pods").join(pod::uid(p));
+        let mounted = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::fs::read_to_string("/proc/self/mountinfo"),
+        )
+        .await;
+        match mounted {
+            Ok(Ok(text)) => {
+                let prefix = dir.display().to_string();
+                let mounts: HashSet<&str> = text
+                    .lines()
+                    .filter_map(|l| l.split(' ').nth(4))
+                    .filter(|m| m.starts_with(&prefix))
+                    .collect();
+                mounts.is_empty()
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Kills through the pod killer with `Evicted`.
+struct Killer(Arc<dyn PodKiller>);
+
+#[async_trait::async_trait]
+impl kubelet_eviction::PodEvictor for Killer {
+    async fn evict(
+        &self,
+        p: &Arc<Pod>,
+        e: kubelet_eviction::Eviction,
+    ) -> Result<(), EvictionError> {
+        let conditions = if e.disruption_target {
+            vec![PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some("TerminationByKubelet".into()),
+                message: Some(e.message.clone()),
+                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::now(),
+                )),
+                ..Default::default()
+            }]
+        } else {
+            vec![]
+        };
+        self.0
+            .kill_pod(
+                p,
+                KillRequest {
+                    reason: kubelet_eviction::message::REASON.into(),
+                    message: e.message,
+                    conditions,
+                    grace_period_override: Some(e.grace_period_seconds),
+                },
+            )
+            .await
+            .map_err(|e| EvictionError::Kill(Box::new(e)))
+    }
+}
+
+struct Metrics(Arc<kubelet_metrics::KubeletMetrics>);
+
+impl kubelet_eviction::EvictionMetrics for Metrics {
+    fn evicted(&self, signal: &str) {
+        self.0.inc_evictions(signal);
+    }
+    fn stats_age(&self, signal: &str, age: Duration) {
+        self.0.observe_eviction_stats_age(signal, age);
+    }
+}
+
+/// The manager's thresholds from `evictionHard` and the soft settings; an
+/// invalid setting is logged and eviction runs without thresholds.
+fn thresholds(h: &Housekeeping<'_>) -> Vec<kubelet_eviction::Threshold> {
+    let e = &h.cfg.housekeeping.eviction;
+    let grace = kubelet_config::housekeeping::eviction::soft_grace_periods(e);
+    let enforce = match h.cfg.settings.get("enforceNodeAllocatable") {
+        Some(SettingValue::List(l)) => l.iter().any(|k| k == "pods"),
+        // Upstream's default is `pods`.
+        _ => true,
+    };
+    match kubelet_eviction::parse_thresholds(&kubelet_eviction::ThresholdConfig {
+        hard: &h.cfg.cluster.eviction_hard,
+        soft: &e.soft,
+        soft_grace_period: &grace,
+        minimum_reclaim: &e.minimum_reclaim,
+        enforce_allocatable_pods: enforce,
+    }) {
+        Ok(t) => t,
+        Err(err) => {
+            error!(error = %err, "Failed to parse eviction thresholds; eviction runs on local storage limits only");
+            Vec::new()
+        }
+    }
+}
+
+/// Starts it on `tasks` under `stop`, publishing node conditions on `pressure`.
 pub(super) fn spawn(
-    _h: &Housekeeping<'_>,
-    _reclaim: Reclaimers,
-    _tasks: &TaskTracker,
-    _stop: &CancellationToken,
+    h: &Housekeeping<'_>,
+    reclaim: Reclaimers,
+    pressure: kubelet_eviction::admit::PressureSender,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
 ) {
+    let roots = kubelet_eviction::notifier::Roots::default();
+    let thresholds = thresholds(h);
+    let manager = Arc::new(kubelet_eviction::Manager::new(
+        kubelet_eviction::Config {
+            thresholds: thresholds.clone(),
+            pressure_transition_period: h.cfg.housekeeping.eviction.pressure_transition_period,
+            max_pod_grace_period_seconds: h.cfg.housekeeping.eviction.max_pod_grace_period,
+            monitoring_interval: MONITORING_INTERVAL,
+            local_storage_capacity_isolation: true,
+            node_name: h.cfg.node_name.clone(),
+        },
+        kubelet_eviction::Deps {
+            summary: Arc::new(Stats {
+                host: h.host.clone(),
+                pods: h.pods.clone(),
+                root_dir: h.cfg.root_dir.clone(),
+                roots: roots.clone(),
+            }),
+            pods: Arc::new(Active {
+                pods: h.pods.clone(),
+                status: h.status.clone(),
+                root_dir: h.cfg.root_dir.clone(),
+            }),
+            evictor: Arc::new(Killer(h.killer.clone())),
+            images: reclaim.images,
+            containers: reclaim.containers,
+            recorder: h.recorder.clone(),
+            metrics: Arc::new(Metrics(h.metrics.clone())),
+        },
+        pressure,
+    ));
+    spawn_in(
+        tasks,
+        info_span!("eviction_notifier"),
+        kubelet_eviction::notifier::run(thresholds, roots, manager.waker(), stop.child_token()),
+    );
+    spawn_in(
+        tasks,
+        info_span!("eviction_manager"),
+        manager.run(stop.child_token()),
+    );
+}
+
+/// Node status reads the conditions through `kubelet-node`'s seam.
+pub(super) struct NodePressure(pub Pressure);
+
+impl kubelet_node::NodePressure for NodePressure {
+    fn memory_pressure(&self) -> bool {
+        self.0.has(kubelet_eviction::NodeCondition::MemoryPressure)
+    }
+    fn disk_pressure(&self) -> bool {
+        self.0.has(kubelet_eviction::NodeCondition::DiskPressure)
+    }
+    fn pid_pressure(&self) -> bool {
+        self.0.has(kubelet_eviction::NodeCondition::PidPressure)
+    }
 }

@@ -220,6 +220,9 @@ impl App {
         let host_ips = self.host_ips.clone();
         info!(?host_ips, "Node addresses");
 
+        // The eviction manager's node conditions, read by admission and node
+        // status; the manager starts with the housekeeping subsystems.
+        let (pressure_tx, pressure) = kubelet_eviction::Pressure::channel();
         let sources = pods::Sources::new(cfg, self.http, self.cluster.as_ref());
         let pods = sources.spawn(&tasks, &stop);
         // The Node the apiserver last returned, for admission (cluster mode).
@@ -255,6 +258,7 @@ impl App {
             cri: self.cri.clone(),
             admission: self.admission.clone(),
             latest_node: latest_node_rx,
+            pressure: pressure.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
         let recorder = self
@@ -329,7 +333,7 @@ impl App {
             images: image_gc::spawn(&hk, &tasks, &stop),
         };
         container_logs::spawn(&hk, &tasks, &stop);
-        eviction::spawn(&hk, reclaim, &tasks, &stop);
+        eviction::spawn(&hk, reclaim, pressure_tx, &tasks, &stop);
         nodeshutdown::spawn(&hk, &tasks, &stop);
         drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();
@@ -357,6 +361,7 @@ impl App {
                     registered_tx,
                     latest_node: latest_node_tx,
                     registered: registered.clone(),
+                    pressure: Arc::new(eviction::NodePressure(pressure)),
                 },
                 &tasks,
                 &stop,

@@ -132,6 +132,8 @@ pub(super) struct Pipeline<'a> {
     pub admission: (crate::lifecycle::sysctl::Allowlist, bool),
     /// The Node the apiserver last returned (cluster mode).
     pub latest_node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
+    /// The eviction manager's node conditions (its admit handler).
+    pub pressure: kubelet_eviction::Pressure,
 }
 
 /// Handles to the running pipeline.
@@ -260,13 +262,16 @@ impl Pipeline<'_> {
             desired: Arc::new(sources.pods.clone()),
             heartbeat: heartbeat.clone(),
             status: status.clone(),
-            admitter: Arc::new(super::admission::admitter(
-                cfg,
-                &self.allocatable,
-                self.latest_node,
-                self.admission,
-                event_recorder.clone(),
-            )),
+            admitter: Arc::new(
+                super::admission::admitter(
+                    cfg,
+                    &self.allocatable,
+                    self.latest_node,
+                    self.admission,
+                    event_recorder.clone(),
+                )
+                .with_pressure(self.pressure),
+            ),
             rejected: Default::default(),
             probes,
             probe_updates: crate::sync_loop::ProbeUpdates::subscribe(&self.probe_results),

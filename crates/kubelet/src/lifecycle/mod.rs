@@ -1,5 +1,6 @@
 //! Pod admission (upstream `pkg/kubelet/lifecycle`: the admit handlers
-//! `NewMainKubelet` installs, in their order: the sysctl allowlist, the
+//! `NewMainKubelet` installs, in their order: the eviction manager's
+//! (`kubelet-eviction::Pressure::admit`), the sysctl allowlist, the
 //! predicate handler (`predicate.go`: OS label and field, then
 //! `generalFilter`), AppArmor; and `Kubelet.rejectPod`). A rejected pod is
 //! `Failed` with the handler's reason and `Pod was rejected: <message>`, gets
@@ -47,6 +48,7 @@ pub struct PodAdmitter {
     sysctls: sysctl::Allowlist,
     apparmor_enabled: bool,
     recorder: Arc<dyn Recorder>,
+    pressure: Option<kubelet_eviction::Pressure>,
 }
 
 fn apparmor_required(p: &Pod) -> bool {
@@ -91,12 +93,24 @@ impl PodAdmitter {
             sysctls,
             apparmor_enabled,
             recorder,
+            pressure: None,
         }
+    }
+
+    /// Refuses pods under resource pressure first, as upstream's eviction
+    /// admit handler does.
+    #[must_use]
+    pub fn with_pressure(mut self, pressure: kubelet_eviction::Pressure) -> Self {
+        self.pressure = Some(pressure);
+        self
     }
 
     /// Upstream `canAdmitPod`: the first handler that refuses decides.
     /// `others` are the active pods already admitted.
     pub fn admit(&self, p: &Pod, others: &[&Pod]) -> Result<(), Rejection> {
+        if let Some(pressure) = &self.pressure {
+            pressure.admit(p)?;
+        }
         self.sysctls.admit(p)?;
         let node = self.node.get();
         let node_os = node

@@ -223,3 +223,32 @@ fn sidecars_add_to_every_later_init_step_and_the_sum() {
     // max(app 1 + sidecar 0.5 = 1.5, init1 2, init2 1 + 0.5) = 2, plus overhead.
     assert_eq!(predicate::pod_requests(&p).get("cpu"), Some(&2100));
 }
+
+#[test]
+fn pressure_refuses_first_with_evicted() {
+    let (a, rec) = admitter(node(json!({})), true);
+    let a = a.with_pressure(kubelet_eviction::Pressure::fixed(vec![
+        kubelet_eviction::NodeCondition::MemoryPressure,
+    ]));
+    // BestEffort, and also over the node's pod count: eviction decides first.
+    let p = pod(json!({}));
+    let others = [&p, &p, &p];
+    let r = a.admit(&p, &others).expect_err("refused");
+    assert_eq!(r.0, "Evicted");
+    let s = a.reject(&p, &r);
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was rejected: The node had condition: [MemoryPressure]. ")
+    );
+    assert!(
+        rec.events
+            .lock()
+            .iter()
+            .any(|(reason, _)| reason == "Evicted")
+    );
+    // A pod with requests passes eviction's handler.
+    let burstable = pod(json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"memory": "10Mi"}}}]}));
+    assert_eq!(a.admit(&burstable, &[]), Ok(()));
+}
