@@ -88,9 +88,6 @@ const KNOWN_UNUSED: &[&str] = &[
     "evictionPressureTransitionPeriod",
     "failSwapOn",
     "memorySwap",
-    "imageMinimumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
     "volumeStatsAggPeriod",
     "cpuManagerPolicy",
     "cpuManagerReconcilePeriod",
@@ -130,6 +127,7 @@ const KNOWN_UNUSED: &[&str] = &[
 /// Config-file-only fields (no flag spelling) a subsystem reads through
 /// [`crate::housekeeping`]: known, so not reported as ignored.
 const READ_BY_SUBSYSTEMS: &[&str] = &[
+    "imageMaximumGCAge",
     "shutdownGracePeriodByPodPriority",
     // kubelet-rs only: where the node shutdown manager finds logind (the
     // system bus by default) and writes its logind drop-in.

@@ -294,13 +294,15 @@ pub const FLAGS: &[UpstreamFlag] = &[
         Int32,
         "imageGCHighThresholdPercent",
     )
-    .sample("85"),
+    .sample("85")
+    .acts(),
     config(
         "image-gc-low-threshold",
         Int32,
         "imageGCLowThresholdPercent",
     )
-    .sample("80"),
+    .sample("80")
+    .acts(),
     removed("image-pull-progress-deadline", Duration, "1.24"),
     done("image-service-endpoint", Str)
         .field("imageServiceEndpoint")
@@ -361,11 +363,11 @@ pub const FLAGS: &[UpstreamFlag] = &[
     removed("master-service-namespace", Str, "1.27"),
     config("max-open-files", Int64, "maxOpenFiles"),
     done("max-pods", Int32).field("maxPods").sample("30"),
-    ignored("maximum-dead-containers", Int32),
-    ignored("maximum-dead-containers-per-container", Int32),
+    done("maximum-dead-containers", Int32),
+    done("maximum-dead-containers-per-container", Int32),
     config("memory-manager-policy", Str, "memoryManagerPolicy").sample("Static"),
-    ignored("minimum-container-ttl-duration", Duration),
-    config("minimum-image-ttl-duration", Duration, "imageMinimumGCAge"),
+    done("minimum-container-ttl-duration", Duration),
+    config("minimum-image-ttl-duration", Duration, "imageMinimumGCAge").acts(),
     removed("network-plugin", Str, "1.24").sample("cni"),
     removed("network-plugin-mtu", Int32, "1.24"),
     done("node-ip", Str).sample("192.0.2.10"),
@@ -420,6 +422,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
         Duration,
         "shutdownGracePeriodCriticalPods",
     )
+    // Alone, anything above 0s is more than shutdownGracePeriod (0s): refused.
+    .sample("0s")
     .acts(),
     removed("skip-headers", Bool, "1.26"),
     removed("skip-log-headers", Bool, "1.26"),

@@ -189,6 +189,17 @@ pub struct Flags {
     /// Hard eviction thresholds.
     #[arg(long, allow_hyphen_values = true)]
     pub eviction_hard: Option<String>,
+    /// Minimum age of a dead container before container GC may remove it
+    /// (deprecated upstream, still honoured).
+    #[arg(long, allow_hyphen_values = true)]
+    pub minimum_container_ttl_duration: Option<String>,
+    /// Dead instances kept per container by container GC (deprecated upstream).
+    #[arg(long, allow_hyphen_values = true, value_parser = go_i32)]
+    pub maximum_dead_containers_per_container: Option<i32>,
+    /// Dead containers kept on the node by container GC, -1 for no limit
+    /// (deprecated upstream).
+    #[arg(long, allow_hyphen_values = true, value_parser = go_i32)]
+    pub maximum_dead_containers: Option<i32>,
     /// Read-only port (0 disables).
     #[arg(long, allow_hyphen_values = true, value_parser = go_i32)]
     pub read_only_port: Option<i32>,

@@ -512,11 +512,17 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert_eq!((w[0].flag, w[0].value.as_str()), ("fail-swap-on", "true"));
         let ignored = ignored_flags(&flags(&[
-            "--maximum-dead-containers=10",
+            "--image-credential-provider-bin-dir=/usr/libexec/kubelet",
             "--log-dir=/var/log",
+            // Container GC acts on it (kubelet-config `housekeeping`).
+            "--maximum-dead-containers=10",
         ]))
         .expect("ignored");
-        assert_eq!(ignored["maximum-dead-containers"], SettingValue::Int(10));
+        assert_eq!(
+            ignored["image-credential-provider-bin-dir"],
+            SettingValue::String("/usr/libexec/kubelet".into())
+        );
         assert_eq!(ignored["log-dir"], SettingValue::String("/var/log".into()));
+        assert!(!ignored.contains_key("maximum-dead-containers"));
     }
 }

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use super::Inputs;
-use crate::values::parse_go_int;
 use crate::{ConfigError, invalid, parse_go_duration};
 
 /// Upstream `GCPolicy`.
@@ -30,34 +29,22 @@ impl Default for ContainerGcConfig {
     }
 }
 
-/// The flag's `int32` value (upstream `pflag.Int32Var`), or `default`.
-fn int32_flag(inputs: &Inputs<'_>, name: &'static str, default: i32) -> Result<i32, ConfigError> {
-    let Some(raw) = inputs.flag(name) else {
-        return Ok(default);
-    };
-    parse_go_int(raw.trim(), 32)
-        .and_then(|v| i32::try_from(v).map_err(|e| e.to_string()))
-        .map_err(|e| invalid(name, raw, e))
-}
-
 /// Resolves the flags. A negative TTL is refused as upstream's
 /// `NewContainerGC` refuses it ("invalid minimum garbage collection age").
 pub fn resolve(inputs: &Inputs<'_>) -> Result<ContainerGcConfig, ConfigError> {
     let d = ContainerGcConfig::default();
-    let min_age = match inputs.flag("minimum-container-ttl-duration") {
+    let f = inputs.flags;
+    let min_age = match &f.minimum_container_ttl_duration {
         None => d.min_age,
-        Some(raw) => {
-            parse_go_duration(raw).map_err(|e| invalid("minimum-container-ttl-duration", raw, e))?
-        }
+        Some(raw) => parse_go_duration(raw)
+            .map_err(|e| invalid("minimum-container-ttl-duration", raw.as_str(), e))?,
     };
     Ok(ContainerGcConfig {
         min_age,
-        max_per_pod_container: int32_flag(
-            inputs,
-            "maximum-dead-containers-per-container",
-            d.max_per_pod_container,
-        )?,
-        max_containers: int32_flag(inputs, "maximum-dead-containers", d.max_containers)?,
+        max_per_pod_container: f
+            .maximum_dead_containers_per_container
+            .unwrap_or(d.max_per_pod_container),
+        max_containers: f.maximum_dead_containers.unwrap_or(d.max_containers),
     })
 }
 
