@@ -139,7 +139,9 @@ async fn logs_are_rotated_and_limited_to_max_files_while_a_follow_goes_on() -> a
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: {MAX_FILES}\n\
-             containerLogMonitorInterval: {}s\n",
+             containerLogMonitorInterval: {}s\n\
+             authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
+             authorization: {{mode: AlwaysAllow}}\n",
             INTERVAL.as_secs()
         ),
     )?;
