@@ -104,8 +104,6 @@ const KNOWN_UNUSED: &[&str] = &[
     "registryBurst",
     "cgroupsPerQOS",
     "enforceNodeAllocatable",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
     "hairpinMode",
     "podPidsLimit",
     "protectKernelDefaults",
@@ -127,6 +125,8 @@ const KNOWN_UNUSED: &[&str] = &[
 /// Config-file-only fields (no flag spelling) a subsystem reads through
 /// [`crate::housekeeping`]: known, so not reported as ignored.
 const READ_BY_SUBSYSTEMS: &[&str] = &[
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
     "imageMaximumGCAge",
     "shutdownGracePeriodByPodPriority",
     // kubelet-rs only: where the node shutdown manager finds logind (the

@@ -181,8 +181,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
     done("config", Str),
     ignored("config-dir", Str),
     ignored("container-hints", Str),
-    config("container-log-max-files", Int32, "containerLogMaxFiles"),
-    config("container-log-max-size", Quantity, "containerLogMaxSize"),
+    config("container-log-max-files", Int32, "containerLogMaxFiles").acts(),
+    config("container-log-max-size", Quantity, "containerLogMaxSize").acts(),
     removed("container-runtime", Str, "1.27").sample("remote"),
     done("container-runtime-endpoint", Str)
         .field("containerRuntimeEndpoint")
