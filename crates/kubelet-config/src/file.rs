@@ -84,8 +84,6 @@ const KNOWN_UNUSED: &[&str] = &[
     "tlsPrivateKeyFile",
     "tlsCipherSuites",
     "tlsMinVersion",
-    "evictionSoft",
-    "evictionPressureTransitionPeriod",
     "failSwapOn",
     "memorySwap",
     "volumeStatsAggPeriod",

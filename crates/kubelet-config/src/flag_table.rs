@@ -240,24 +240,28 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "eviction-max-pod-grace-period",
         Int32,
         "evictionMaxPodGracePeriod",
-    ),
+    )
+    .acts(),
     config(
         "eviction-minimum-reclaim",
         MapStringString,
         "evictionMinimumReclaim",
-    ),
+    )
+    .acts(),
     config(
         "eviction-pressure-transition-period",
         Duration,
         "evictionPressureTransitionPeriod",
-    ),
-    config("eviction-soft", LangleMap, "evictionSoft"),
+    )
+    .acts(),
+    config("eviction-soft", LangleMap, "evictionSoft").acts(),
     config(
         "eviction-soft-grace-period",
         MapStringString,
         "evictionSoftGracePeriod",
     )
-    .sample("memory.available=1m30s"),
+    .sample("memory.available=1m30s")
+    .acts(),
     done("exit-on-lock-contention", Bool).sample("false"),
     ignored("experimental-allocatable-ignore-eviction", Bool),
     removed("experimental-bootstrap-kubeconfig", Str, "1.23"),

@@ -13,6 +13,7 @@ mod eviction;
 mod housekeeping;
 mod image_gc;
 mod nodeshutdown;
+mod oom_watcher;
 mod pods;
 mod probes;
 mod server;
@@ -335,6 +336,7 @@ impl App {
         container_logs::spawn(&hk, &tasks, &stop);
         eviction::spawn(&hk, reclaim, pressure_tx, &tasks, &stop);
         nodeshutdown::spawn(&hk, &tasks, &stop);
+        oom_watcher::spawn(&hk, &tasks, &stop);
         drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();
         self.node_api.spawn(

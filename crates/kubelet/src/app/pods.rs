@@ -270,7 +270,8 @@ impl Pipeline<'_> {
                     self.admission,
                     event_recorder.clone(),
                 )
-                .with_pressure(self.pressure),
+                .with_pressure(self.pressure)
+                .with_shutdown(self.runtime_state.clone()),
             ),
             rejected: Default::default(),
             probes,

@@ -49,6 +49,9 @@ pub struct PodAdmitter {
     apparmor_enabled: bool,
     recorder: Arc<dyn Recorder>,
     pressure: Option<kubelet_eviction::Pressure>,
+    /// Whether the node is shutting down (upstream's shutdown manager is
+    /// the last admit handler).
+    shutdown: Option<Arc<crate::runtime_state::RuntimeState>>,
 }
 
 fn apparmor_required(p: &Pod) -> bool {
@@ -94,7 +97,16 @@ impl PodAdmitter {
             apparmor_enabled,
             recorder,
             pressure: None,
+            shutdown: None,
         }
+    }
+
+    /// Refuses every pod while the node shuts down (upstream
+    /// `nodeshutdown.managerImpl.Admit`, the last handler).
+    #[must_use]
+    pub fn with_shutdown(mut self, state: Arc<crate::runtime_state::RuntimeState>) -> Self {
+        self.shutdown = Some(state);
+        self
     }
 
     /// Refuses pods under resource pressure first, as upstream's eviction
@@ -150,6 +162,16 @@ impl PodAdmitter {
             return Err((
                 "AppArmor".into(),
                 "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+            ));
+        }
+        if self
+            .shutdown
+            .as_ref()
+            .is_some_and(|s| s.shutdown_status().is_some())
+        {
+            return Err((
+                kubelet_nodeshutdown::NOT_ADMITTED_REASON.into(),
+                kubelet_nodeshutdown::NOT_ADMITTED_MESSAGE.into(),
             ));
         }
         Ok(())

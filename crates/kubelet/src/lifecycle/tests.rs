@@ -252,3 +252,30 @@ fn pressure_refuses_first_with_evicted() {
         "resources": {"requests": {"memory": "10Mi"}}}]}));
     assert_eq!(a.admit(&burstable, &[]), Ok(()));
 }
+
+#[test]
+fn a_node_shutting_down_refuses_every_pod_last() {
+    let state = Arc::new(crate::runtime_state::RuntimeState::new(vec![]));
+    let (a, _) = admitter(node(json!({})), false);
+    let a = a.with_shutdown(state.clone());
+    let fits = pod(json!({"containers": [{"name": "c", "image": "i"}]}));
+    assert!(a.admit(&fits, &[]).is_ok());
+    state.set_shutdown_status(Some("node is shutting down".into()));
+    assert_eq!(
+        a.admit(&fits, &[]),
+        Err((
+            "NodeShutdown".to_string(),
+            "Pod was rejected as the node is shutting down.".to_string()
+        ))
+    );
+    // An earlier handler still decides first (upstream's order).
+    let too_big = pod(
+        json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}),
+    );
+    assert_eq!(
+        a.admit(&too_big, &[]).map_err(|r| r.0),
+        Err("OutOfcpu".to_string())
+    );
+    state.set_shutdown_status(None);
+    assert!(a.admit(&fits, &[]).is_ok());
+}
