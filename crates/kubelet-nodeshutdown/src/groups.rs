@@ -96,9 +96,20 @@ pub fn group_by_priority(ranges: &[PriorityGrace], pods: Vec<ShutdownPod>) -> Ve
     if groups.is_empty() {
         return groups;
     }
+    let last = groups.len() - 1;
     for p in pods {
-        let above = groups.partition_point(|g| g.range.priority <= p.priority);
-        let i = above.saturating_sub(1);
+        // As upstream's `sort.Search`: the first range at or above the pod's
+        // priority; when it is above, the range before it (if any); past
+        // the highest, the highest. Of two ranges with one priority, a pod
+        // of that priority goes to the first.
+        let i = groups.partition_point(|g| g.range.priority < p.priority);
+        let i = if i > last {
+            last
+        } else if i > 0 && groups[i].range.priority > p.priority {
+            i - 1
+        } else {
+            i
+        };
         groups[i].pods.push(p);
     }
     groups
@@ -189,5 +200,24 @@ mod tests {
         assert_eq!(names(&groups[1]), vec!["boundary", "high"]);
         assert_eq!(names(&groups[2]), vec!["node-critical", "cluster-critical"]);
         assert!(group_by_priority(&[], vec![pod("a", 1)]).is_empty());
+    }
+
+    #[test]
+    fn of_two_ranges_with_one_priority_the_first_gets_that_priority() {
+        let range = |priority, grace_period_seconds| PriorityGrace {
+            priority,
+            grace_period_seconds,
+        };
+        let ranges = [range(0, 1), range(10, 2), range(10, 3), range(20, 4)];
+        let groups = group_by_priority(
+            &ranges,
+            vec![pod("ten", 10), pod("fifteen", 15), pod("five", 5)],
+        );
+        assert_eq!(names(&groups[0]), vec!["five"]);
+        assert_eq!(names(&groups[1]), vec!["ten"]);
+        // Above both: the range before the next higher one (upstream's
+        // `index-1`), i.e. the second of the two.
+        assert_eq!(names(&groups[2]), vec!["fifteen"]);
+        assert!(groups[3].pods.is_empty());
     }
 }

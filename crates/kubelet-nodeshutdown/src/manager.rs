@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::join_all;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -73,6 +73,9 @@ impl Manager {
             if !self.watch(&mut session, &stop).await {
                 return;
             }
+            // The old lock stays until a new one is taken (upstream takes
+            // the new lock, then releases the old).
+            let old_lock = session.lock.take();
             drop(session);
             let mut logged = false;
             session = loop {
@@ -96,6 +99,7 @@ impl Manager {
                     Err(_) => {}
                 }
             };
+            drop(old_lock);
         }
     }
 
@@ -121,8 +125,10 @@ impl Manager {
                 info!(inhibit_delay_max = ?updated, "Raised logind's InhibitDelayMaxSec");
             }
         }
-        let lock = logind.inhibit_shutdown().await?;
+        // Watch first, so that a signal sent while the lock is being taken
+        // is not missed.
         let events = logind.monitor_shutdown().await?;
+        let lock = logind.inhibit_shutdown().await?;
         info!(inhibit_delay_max = ?current.max(requested), "Node shutdown manager holds a delay inhibitor lock");
         Ok(Session {
             logind,
@@ -167,7 +173,12 @@ impl Manager {
                     "Shutdown manager completed processing shutdown event, node will shutdown shortly"
                 );
             } else {
-                match s.logind.inhibit_shutdown().await {
+                let taken = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return false,
+                    r = s.logind.inhibit_shutdown() => r,
+                };
+                match taken {
                     // The new lock first, then the old one goes (if any).
                     Ok(lock) => s.lock = Some(lock),
                     Err(e) => {
@@ -193,25 +204,41 @@ impl Manager {
                 continue;
             }
             let share = group.range.grace_period_seconds.max(0);
-            let kills = group.pods.iter().map(|p| async move {
-                let grace = p
-                    .termination_grace_period_seconds
-                    .filter(|g| *g <= share)
-                    .unwrap_or(share)
-                    .max(0);
-                info!(pod = %p.name, grace_period = grace, "Shutdown manager killing pod with gracePeriod");
-                match self.node.kill_pod(p, grace).await {
-                    Ok(()) => info!(pod = %p.name, "Shutdown manager finished killing pod"),
-                    Err(e) => warn!(pod = %p.name, error = %error_chain(&e), "Shutdown manager failed killing pod"),
-                }
-            });
+            // Each kill is its own task: issued whatever the group's share
+            // (even 0s), and going on in the background once the share is
+            // over, as upstream's goroutines do.
+            let mut kills = JoinSet::new();
+            for p in group.pods {
+                let node = self.node.clone();
+                kills.spawn(async move {
+                    let grace = p
+                        .termination_grace_period_seconds
+                        .filter(|g| *g <= share)
+                        .unwrap_or(share)
+                        .max(0);
+                    info!(pod = %p.name, grace_period = grace, "Shutdown manager killing pod with gracePeriod");
+                    match node.kill_pod(&p, grace).await {
+                        Ok(()) => info!(pod = %p.name, "Shutdown manager finished killing pod"),
+                        Err(e) => warn!(pod = %p.name, error = %error_chain(&e), "Shutdown manager failed killing pod"),
+                    }
+                });
+            }
             let limit = Duration::from_secs(u64::try_from(share).unwrap_or(0));
-            tokio::select! {
+            let all_done = async { while kills.join_next().await.is_some() {} };
+            let stopped = tokio::select! {
                 biased;
-                () = stop.cancelled() => return false,
-                r = tokio::time::timeout(limit, join_all(kills)) => if r.is_err() {
-                    warn!(grace_period = share, priority = group.range.priority, "Shutdown manager pod killing time out");
-                },
+                () = stop.cancelled() => true,
+                r = tokio::time::timeout(limit, all_done) => {
+                    if r.is_err() {
+                        warn!(grace_period = share, priority = group.range.priority, "Shutdown manager pod killing time out");
+                    }
+                    false
+                }
+            };
+            // Kills still going on are left to finish.
+            kills.detach_all();
+            if stopped {
+                return false;
             }
         }
         true

@@ -1,5 +1,5 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -31,6 +31,10 @@ struct FakeLogind {
     held: Arc<AtomicUsize>,
     events: Mutex<Option<mpsc::UnboundedReceiver<bool>>>,
     pending: Mutex<Option<Duration>>,
+    /// `inhibit` and `monitor`, in call order.
+    calls: Mutex<Vec<&'static str>>,
+    /// `Inhibit` calls from this number on never answer.
+    hang_from: Mutex<Option<usize>>,
 }
 
 #[async_trait::async_trait]
@@ -39,7 +43,11 @@ impl Logind for FakeLogind {
         Ok(*self.delay.lock())
     }
     async fn inhibit_shutdown(&self) -> Result<InhibitLock, Error> {
-        self.inhibits.fetch_add(1, Ordering::SeqCst);
+        self.calls.lock().push("inhibit");
+        let n = self.inhibits.fetch_add(1, Ordering::SeqCst);
+        if self.hang_from.lock().is_some_and(|from| n >= from) {
+            std::future::pending::<()>().await;
+        }
         self.held.fetch_add(1, Ordering::SeqCst);
         Ok(InhibitLock::new(Held(self.held.clone())))
     }
@@ -58,6 +66,7 @@ impl Logind for FakeLogind {
         Ok(())
     }
     async fn monitor_shutdown(&self) -> Result<ShutdownEvents, Error> {
+        self.calls.lock().push("monitor");
         let rx = self.events.lock().take().expect("one watch");
         Ok(tokio_stream_from(rx))
     }
@@ -67,14 +76,22 @@ fn tokio_stream_from(mut rx: mpsc::UnboundedReceiver<bool>) -> ShutdownEvents {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 
-struct FakeConnect(Option<Arc<FakeLogind>>);
+/// Connects to the logind, if any, unless told to refuse.
+struct FakeConnect(Option<Arc<FakeLogind>>, Arc<AtomicBool>);
+
+impl FakeConnect {
+    fn new(logind: Option<Arc<FakeLogind>>) -> Self {
+        Self(logind, Arc::default())
+    }
+}
 
 #[async_trait::async_trait]
 impl Connect for FakeConnect {
     async fn connect(&self) -> Result<Arc<dyn Logind>, Error> {
+        let refuse = self.1.load(Ordering::SeqCst);
         match &self.0 {
-            Some(l) => Ok(l.clone() as Arc<dyn Logind>),
-            None => Err(Error::Timeout {
+            Some(l) if !refuse => Ok(l.clone() as Arc<dyn Logind>),
+            _ => Err(Error::Timeout {
                 what: "connecting to the system bus",
                 after: Duration::from_secs(10),
             }),
@@ -152,9 +169,22 @@ struct Rig {
     tx: mpsc::UnboundedSender<bool>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    /// Connections are refused while set.
+    refuse: Arc<AtomicBool>,
 }
 
 fn rig(
+    delay: Duration,
+    honours_override: bool,
+    pods: Vec<ShutdownPod>,
+    takes: &[(&str, u64)],
+) -> Rig {
+    let ranges = migrate_config(Duration::from_secs(10), Duration::from_secs(4));
+    rig_with(ranges, delay, honours_override, pods, takes)
+}
+
+fn rig_with(
+    ranges: Vec<crate::PriorityGrace>,
     delay: Duration,
     honours_override: bool,
     pods: Vec<ShutdownPod>,
@@ -179,16 +209,20 @@ fn rig(
         events: Mutex::new(vec![]),
         held: logind.held.clone(),
     });
-    let ranges = migrate_config(Duration::from_secs(10), Duration::from_secs(4));
     let m = Manager::new(ranges, node.clone()).expect("enabled");
     let stop = CancellationToken::new();
-    let task = tokio::spawn(m.run(Arc::new(FakeConnect(Some(logind.clone()))), stop.clone()));
+    let refuse: Arc<AtomicBool> = Arc::default();
+    let task = tokio::spawn(m.run(
+        Arc::new(FakeConnect(Some(logind.clone()), refuse.clone())),
+        stop.clone(),
+    ));
     Rig {
         logind,
         node,
         tx,
         stop,
         task,
+        refuse,
     }
 }
 
@@ -342,25 +376,107 @@ async fn no_bus_means_no_graceful_shutdown_and_no_hang() {
     )
     .expect("enabled");
     // Returns on its own, without `stop`.
-    m.run(Arc::new(FakeConnect(None)), CancellationToken::new())
+    m.run(Arc::new(FakeConnect::new(None)), CancellationToken::new())
         .await;
     assert!(node.shutting_down.lock().is_empty());
     assert!(Manager::new(vec![], node).is_none(), "off without ranges");
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lost_bus_is_watched_again() {
+async fn a_lost_bus_is_watched_again_and_the_old_lock_kept_until_then() {
     let r = rig(Duration::from_secs(30), true, vec![], &[]);
     tokio::time::sleep(Duration::from_millis(1)).await;
     let (tx2, rx2) = mpsc::unbounded_channel();
     *r.logind.events.lock() = Some(rx2);
+    // The bus goes away and the first reconnects fail.
+    r.refuse.store(true, Ordering::SeqCst);
     drop(r.tx);
-    tokio::time::sleep(DBUS_RECONNECT_PERIOD + Duration::from_millis(10)).await;
+    tokio::time::sleep(DBUS_RECONNECT_PERIOD * 3 + Duration::from_millis(10)).await;
+    assert_eq!(r.logind.inhibits.load(Ordering::SeqCst), 1, "not connected");
+    assert_eq!(
+        r.logind.held.load(Ordering::SeqCst),
+        1,
+        "the old lock is kept while reconnecting"
+    );
+    r.refuse.store(false, Ordering::SeqCst);
+    tokio::time::sleep(DBUS_RECONNECT_PERIOD).await;
     assert_eq!(r.logind.inhibits.load(Ordering::SeqCst), 2, "started again");
-    assert_eq!(r.logind.held.load(Ordering::SeqCst), 1, "the old lock went");
+    assert_eq!(
+        r.logind.held.load(Ordering::SeqCst),
+        1,
+        "the old lock went once the new one was taken"
+    );
     tx2.send(true).expect("signal");
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(*r.node.shutting_down.lock(), vec![true]);
+    r.stop.cancel();
+    r.task.await.expect("run ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_signal_is_watched_before_the_lock_is_taken() {
+    let r = rig(Duration::from_secs(30), true, vec![], &[]);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*r.logind.calls.lock(), vec!["monitor", "inhibit"]);
+    r.stop.cancel();
+    r.task.await.expect("run ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_ends_a_hung_relock_after_a_cancelled_shutdown() {
+    let r = rig(Duration::from_secs(30), true, vec![], &[]);
+    *r.logind.hang_from.lock() = Some(1);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    r.tx.send(true).expect("signal");
+    r.tx.send(false).expect("signal");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(r.logind.inhibits.load(Ordering::SeqCst), 2, "relocking");
+    r.stop.cancel();
+    tokio::time::timeout(Duration::from_secs(1), r.task)
+        .await
+        .expect("stop is not held up by the hung Inhibit call")
+        .expect("run ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_with_no_share_still_has_its_pods_killed() {
+    let ranges = vec![
+        crate::PriorityGrace {
+            priority: 0,
+            grace_period_seconds: 0,
+        },
+        crate::PriorityGrace {
+            priority: 100,
+            grace_period_seconds: 5,
+        },
+    ];
+    let r = rig_with(
+        ranges,
+        Duration::from_secs(30),
+        true,
+        vec![
+            pod("a", 0, Some(30)),
+            pod("b", 0, None),
+            pod("high", 100, Some(30)),
+        ],
+        &[("high", 1)],
+    );
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    r.tx.send(true).expect("signal");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let kills = r.node.kills.lock().clone();
+    let summary: Vec<(&str, i64)> = kills.iter().map(|k| (k.pod.as_str(), k.grace)).collect();
+    // `a` and `b` never die: their group's 0s share is over at once, the
+    // next group starts, and their kills go on.
+    assert_eq!(summary.len(), 3, "{summary:?}");
+    assert!(
+        summary.contains(&("a", 0)) && summary.contains(&("b", 0)),
+        "{summary:?}"
+    );
+    assert_eq!(summary[2], ("high", 5));
+    assert!(kills.iter().all(|k| k.start == kills[0].start));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(r.logind.held.load(Ordering::SeqCst), 0, "released after");
     r.stop.cancel();
     r.task.await.expect("run ends");
 }

@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use zbus::Connection;
@@ -227,23 +228,45 @@ impl TestLogind {
     }
 
     /// Whether the `i`th lock handed out has been closed by every holder,
-    /// waiting at most `within` for it.
-    pub async fn lock_released(&self, i: usize, within: Duration) -> bool {
+    /// now, without waiting: a non-blocking read of the pipe's read end
+    /// gives end-of-file once every write end is closed, and "would block"
+    /// while one is still open.
+    pub fn lock_released(&self, i: usize) -> bool {
         let Some(reader) = self.state.inhibits.lock().get(i).map(|(_, r)| r.clone()) else {
             return false;
         };
-        // A blocking read returns 0 once every write end is closed.
-        let eof = tokio::task::spawn_blocking(move || {
-            let mut buf = [0u8; 16];
-            loop {
-                match (&*reader).read(&mut buf) {
-                    Ok(0) => return true,
-                    Ok(_) => {}
-                    Err(_) => return false,
-                }
-            }
+        let nonblocking = fcntl(&*reader, FcntlArg::F_GETFL).and_then(|flags| {
+            let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+            fcntl(&*reader, FcntlArg::F_SETFL(flags))
         });
-        matches!(tokio::time::timeout(within, eof).await, Ok(Ok(true)))
+        if nonblocking.is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        loop {
+            match (&*reader).read(&mut buf) {
+                Ok(0) => return true,
+                // Nothing is ever written; skip it if it were.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Waits at most `within` for the `i`th lock to be released
+    /// ([`TestLogind::lock_released`]); whether it was.
+    pub async fn wait_lock_released(&self, i: usize, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.lock_released(i) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Emits `PrepareForShutdown(active)`, as logind does when a shutdown

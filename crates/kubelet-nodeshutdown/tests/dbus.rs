@@ -31,7 +31,7 @@ impl Node for Recorder {
     }
     async fn kill_pod(&self, pod: &ShutdownPod, grace: i64) -> Result<(), KillFailed> {
         self.log.lock().push(format!("kill {} {grace}", pod.name));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         self.log.lock().push(format!("killed {}", pod.name));
         Ok(())
     }
@@ -90,14 +90,24 @@ async fn the_manager_holds_and_releases_a_logind_delay_lock() {
         vec![("systemd-logind.service".to_string(), "all".to_string(), 1)]
     );
     assert_eq!(logind.inhibit_delay_max(), Duration::from_secs(10));
-    assert!(
-        !logind.lock_released(0, Duration::from_millis(300)).await,
-        "held until a shutdown"
-    );
+    assert!(!logind.lock_released(0), "held until a shutdown");
 
     logind.prepare_for_shutdown(true).await.expect("signal");
+    until("pod kill issued", || {
+        node.log.lock().iter().any(|l| l.starts_with("kill "))
+    })
+    .await;
+    // Checked before the lock: the kill still running then means the lock
+    // must be held.
+    let still_killing = !node.log.lock().iter().any(|l| l.starts_with("killed "));
+    let released_during_kill = logind.lock_released(0);
+    assert!(still_killing, "the kill takes 1s");
     assert!(
-        logind.lock_released(0, Duration::from_secs(10)).await,
+        !released_during_kill,
+        "the lock is held while the pod is killed"
+    );
+    assert!(
+        logind.wait_lock_released(0, Duration::from_secs(10)).await,
         "released after the kills"
     );
     assert_eq!(
@@ -112,7 +122,7 @@ async fn the_manager_holds_and_releases_a_logind_delay_lock() {
 
     logind.prepare_for_shutdown(false).await.expect("signal");
     until("lock taken again", || logind.inhibit_calls().len() == 2).await;
-    assert!(!logind.lock_released(1, Duration::from_millis(300)).await);
+    assert!(!logind.lock_released(1));
     assert_eq!(
         node.log.lock()[4..],
         [
@@ -123,7 +133,7 @@ async fn the_manager_holds_and_releases_a_logind_delay_lock() {
     stop.cancel();
     task.await.expect("manager ends");
     assert!(
-        logind.lock_released(1, Duration::from_secs(5)).await,
+        logind.wait_lock_released(1, Duration::from_secs(5)).await,
         "closed when the kubelet stops"
     );
     logind.stop().await;
