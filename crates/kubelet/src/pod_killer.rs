@@ -102,8 +102,9 @@ pub enum KillError {
 /// Ends pods (upstream `eviction.KillPodFunc`, `nodeshutdown`'s `killPodFunc`).
 #[async_trait::async_trait]
 pub trait PodKiller: Send + Sync + 'static {
-    /// Kills the pod and waits until its status is `Failed` with the
-    /// request's reason, at most the grace period plus `slack`.
+    /// Kills the pod and waits until it is stopped for good with a terminal
+    /// status (the request's, or an earlier one's), at most the grace
+    /// period plus `slack`.
     async fn kill_pod(&self, pod: &Arc<Pod>, req: KillRequest) -> Result<(), KillError>;
 }
 
@@ -120,11 +121,13 @@ pub struct WorkerKiller {
 }
 
 impl WorkerKiller {
-    fn done(&self, uid: &str, reason: &str) -> bool {
-        self.status.get_pod_status(uid).is_some_and(|s| {
-            s.phase.as_deref() == Some(PodPhase::Failed.as_str())
-                && s.reason.as_deref() == Some(reason)
-        })
+    /// The pod's containers are stopped for good and its status is
+    /// terminal (whichever request ended it first).
+    fn done(&self, uid: &str) -> bool {
+        self.status.is_terminated(uid)
+            && self.status.get_pod_status(uid).is_some_and(|s| {
+                matches!(s.phase.as_deref(), Some(ph) if ph == PodPhase::Failed.as_str() || ph == PodPhase::Succeeded.as_str())
+            })
     }
 }
 
@@ -140,15 +143,17 @@ impl PodKiller for WorkerKiller {
                     .and_then(|s| s.termination_grace_period_seconds)
             })
             .unwrap_or(30);
-        let reason = req.reason.clone();
         self.terminations.insert(&uid, req);
+        // A kill, not a sync: it cuts a sync in progress (an image pull, a
+        // mount wait) and a longer kill, as upstream's `SyncPodKill` does;
+        // the kill path reads the request's grace period and status.
         self.workers.update_pod(PodWork {
-            kind: WorkKind::Sync,
+            kind: WorkKind::Kill { remove: false },
             pod: p.clone(),
         });
         let limit = Duration::from_secs(u64::try_from(grace).unwrap_or(0)) + self.slack;
         let wait = async {
-            while !self.done(&uid, &reason) {
+            while !self.done(&uid) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };

@@ -27,6 +27,8 @@ use crate::status::{StatusManager, check_container_state_transition, generate_ap
 use crate::volume_host::KubeletVolumeHost;
 use crate::volumemanager::VolumeManager;
 
+mod terminal;
+
 /// Syncs pods on a CRI runtime and records their status.
 pub struct RuntimePodSyncer {
     runtime: Arc<KubeRuntimeManager>,
@@ -199,6 +201,9 @@ impl RuntimePodSyncer {
         if let Some(req) = kill {
             api = req.terminal_status(api);
         }
+        if let Some(old) = self.previous_status(p) {
+            terminal::keep_phase(&old, &mut api);
+        }
         let old = self.status.get_pod_status(uid);
         if let Some(old) = &old
             && let Err(e) = check_container_state_transition(old, &api, pod::restart_policy(p))
@@ -210,76 +215,6 @@ impl RuntimePodSyncer {
             start.observe(p, old.as_ref(), &api);
         }
         self.status.set_pod_status(uid, api);
-    }
-}
-
-impl RuntimePodSyncer {
-    /// Stops a pod past its `activeDeadlineSeconds` and records `Failed`/`DeadlineExceeded`.
-    async fn fail_deadline(&self, p: &Pod, before: &kubelet_runtime::PodStatus) -> SyncOutcome {
-        let uid = pod::uid(p);
-        if before.live_containers().next().is_some() || before.has_ready_sandbox() {
-            info!("Pod was active on the node longer than the specified deadline; stopping it");
-        }
-        let killed = self
-            .runtime
-            .kill_pod_with_spec(Some(p), before, None, false)
-            .await;
-        let after = match self
-            .runtime
-            .get_pod_status(uid, pod::name(p), pod::namespace(p))
-            .await
-        {
-            Ok(s) => s,
-            Err(_) => before.clone(),
-        };
-        self.record(p, &after);
-        if let Some(s) = self.status.get_pod_status(uid) {
-            self.status.set_pod_status(uid, active_deadline::failed(s));
-        }
-        SyncOutcome {
-            error: killed.err().map(Error::Kill),
-            requeue_after: None,
-        }
-    }
-}
-
-impl RuntimePodSyncer {
-    /// Stops a pod the kubelet ends (eviction, node shutdown) with the
-    /// request's grace period and records `Failed` with its reason; the pod
-    /// is never started again (upstream `killPodNow` with a `PodStatusFunc`).
-    async fn fail_terminal(
-        &self,
-        p: &Pod,
-        before: &kubelet_runtime::PodStatus,
-        req: &crate::pod_killer::KillRequest,
-    ) -> SyncOutcome {
-        let uid = pod::uid(p);
-        if before.live_containers().next().is_some() || before.has_ready_sandbox() {
-            info!(reason = %req.reason, message = %req.message, "Killing pod");
-        }
-        let killed = self
-            .runtime
-            .kill_pod_with_spec(
-                Some(p),
-                before,
-                req.grace_period_override
-                    .map(|g| std::time::Duration::from_secs(u64::try_from(g).unwrap_or(0))),
-                false,
-            )
-            .await;
-        let after = match self
-            .runtime
-            .get_pod_status(uid, pod::name(p), pod::namespace(p))
-            .await
-        {
-            Ok(s) => s,
-            Err(_) => before.clone(),
-        };
-        self.record_phase(p, &after, true, Some(req));
-        SyncOutcome {
-            error: killed.err().map(Error::Kill),
-            requeue_after: None,
-        }
     }
 }
 
@@ -337,7 +272,11 @@ impl RuntimePodSyncer {
         let now = SystemTime::now();
         // Checked before a new status is recorded, so a failed pod never looks alive again.
         let cached = self.previous_status(p);
-        if let Some(req) = self.terminations.get(uid) {
+        if let Some(req) = self
+            .terminations
+            .get(uid)
+            .or_else(|| terminal::restored_kill(cached.as_ref()))
+        {
             return self.fail_terminal(p, &before, &req).await;
         }
         if active_deadline::exceeded(cached.as_ref())
@@ -425,8 +364,15 @@ impl RuntimePodSyncer {
         // grace first), its preStop hook, sidecars last. An orphan's stub has
         // no spec: the runtime manager uses the one it last synced.
         let spec = p.spec.is_some().then_some(p.as_ref());
+        // A pod the kubelet ends (eviction, node shutdown) stops within the
+        // grace period the caller chose.
+        let grace = self
+            .terminations
+            .get(uid)
+            .and_then(|r| r.grace_period_override)
+            .map(|g| std::time::Duration::from_secs(u64::try_from(g).unwrap_or(0)));
         self.runtime
-            .kill_pod_with_spec(spec, &status, None, true)
+            .kill_pod_with_spec(spec, &status, grace, true)
             .await
             .map_err(Error::Kill)?;
         if let Some((volumes, host)) = &self.volumes {
@@ -459,7 +405,8 @@ impl RuntimePodSyncer {
                 .get_pod_status(uid, name, ns)
                 .await
                 .map_err(|e| Error::PodStatus(Arc::new(e)))?;
-            self.record_phase(p, &status, true, None);
+            let kill = self.terminations.get(uid);
+            self.record_phase(p, &status, true, kill.as_ref());
             self.status.mark_terminated(uid);
             info!("Pod stopped");
         }
