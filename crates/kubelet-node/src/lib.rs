@@ -22,6 +22,19 @@ pub trait RuntimeState: Send + Sync + 'static {
     fn runtime_errors(&self) -> Vec<String>;
     /// Why the pod network is unusable.
     fn network_errors(&self) -> Vec<String>;
+    /// The node shutdown manager's error while the node shuts down
+    /// (upstream `ShutdownStatus`); the Ready message lists it after the
+    /// runtime's and the network's, as upstream. None by default.
+    fn shutdown_errors(&self) -> Vec<String> {
+        vec![]
+    }
+    /// Woken when the Ready condition changed in a way that must be
+    /// reported now rather than on the next status tick (upstream's
+    /// shutdown manager calls `syncNodeStatus` when a shutdown starts).
+    /// The status loop asks once; the default never fires.
+    fn status_changed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::new(tokio::sync::Notify::new())
+    }
 }
 
 /// Resource pressure as node status sees it (upstream's eviction manager

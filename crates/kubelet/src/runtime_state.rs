@@ -5,8 +5,9 @@
 //! check, and named health checks (the PLEG). Node status reads it to set the
 //! Ready condition; `/healthz` does not, as upstream. The node shutdown
 //! manager's status (upstream `shutdownManager.ShutdownStatus`, which
-//! upstream hands the Ready setter beside the runtime's errors) is kept here
-//! too: while the node shuts down it is NotReady with that error.
+//! upstream hands the Ready setter after the runtime's and network's errors)
+//! is kept here too: while the node shuts down it is NotReady with that
+//! error, and node status is woken to report it at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +47,9 @@ pub struct RuntimeState {
     version: RwLock<Option<RuntimeVersion>>,
     health_checks: RwLock<Vec<(&'static str, HealthCheck)>>,
     shutdown_status: RwLock<Option<String>>,
+    /// Wakes the node status loop when the shutdown status changes
+    /// (upstream's shutdown manager runs `syncNodeStatus` then).
+    status_changed: Arc<tokio::sync::Notify>,
 }
 
 impl RuntimeState {
@@ -58,6 +62,7 @@ impl RuntimeState {
             version: RwLock::new(None),
             health_checks: RwLock::new(health_checks),
             shutdown_status: RwLock::new(None),
+            status_changed: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -67,9 +72,18 @@ impl RuntimeState {
     }
 
     /// Sets or clears the node shutdown manager's error (upstream
-    /// `ShutdownStatus()`: `node is shutting down`).
+    /// `ShutdownStatus()`: `node is shutting down`); a change is reported
+    /// by node status at once, not on its next tick.
     pub fn set_shutdown_status(&self, err: Option<String>) {
-        *self.shutdown_status.write() = err;
+        let changed = {
+            let mut cur = self.shutdown_status.write();
+            let changed = *cur != err;
+            *cur = err;
+            changed
+        };
+        if changed {
+            self.status_changed.notify_one();
+        }
     }
 
     /// The node shutdown manager's error while the node shuts down (for
@@ -198,12 +212,19 @@ impl kubelet_node::RuntimeState for RuntimeState {
             }
         }
         out.extend(self.runtime_error.read().iter().cloned());
-        out.extend(self.shutdown_status.read().iter().cloned());
         out
     }
 
     fn network_errors(&self) -> Vec<String> {
         self.network_error.read().iter().cloned().collect()
+    }
+
+    fn shutdown_errors(&self) -> Vec<String> {
+        self.shutdown_status.read().iter().cloned().collect()
+    }
+
+    fn status_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.status_changed.clone()
     }
 }
 
@@ -271,20 +292,41 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_node_shutting_down_is_not_ready_with_upstreams_message() {
         let fake = FakeRuntime::new();
+        fake.set_network_down(true);
         let state = RuntimeState::new(vec![]);
         state.update_runtime_up(&fake).await;
+        let changed = kubelet_node::RuntimeState::status_changed(&state);
         assert!(state.runtime_errors().is_empty());
         state.set_shutdown_status(Some("node is shutting down".into()));
+        // What the Ready condition lists, in upstream's order: runtime,
+        // network, shutdown.
+        let mut not_ready = state.runtime_errors();
+        not_ready.extend(state.network_errors());
+        not_ready.extend(state.shutdown_errors());
         assert_eq!(
-            state.runtime_errors(),
-            vec!["node is shutting down".to_string()]
+            kubelet_node::nodestatus::setters::aggregate_message(&not_ready),
+            format!("[{NETWORK_DOWN}, node is shutting down]")
         );
         assert_eq!(
             state.shutdown_status().as_deref(),
             Some("node is shutting down")
         );
+        // Node status is woken at once, for the start and for the cancel.
+        tokio::time::timeout(Duration::from_millis(1), changed.notified())
+            .await
+            .expect("woken on shutdown");
         state.set_shutdown_status(None);
-        assert!(state.runtime_errors().is_empty());
+        assert!(state.shutdown_errors().is_empty());
+        tokio::time::timeout(Duration::from_millis(1), changed.notified())
+            .await
+            .expect("woken on cancel");
+        state.set_shutdown_status(None);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), changed.notified())
+                .await
+                .is_err(),
+            "no change, no wake-up"
+        );
     }
 
     #[tokio::test(start_paused = true)]

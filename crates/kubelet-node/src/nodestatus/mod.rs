@@ -239,11 +239,14 @@ impl NodeStatusManager {
         tick.tick().await;
         // Not yet reported: sync at once rather than a period from now.
         let mut now = last_status_report.is_none();
+        // A change that must be reported at once (the node shutting down).
+        let changed = self.runtime_state.status_changed();
         loop {
             if !std::mem::take(&mut now) {
                 tokio::select! {
                     () = stop.cancelled() => return,
                     _ = tick.tick() => {}
+                    () = changed.notified() => debug!("Node status sync requested"),
                 }
             }
             tokio::select! {

@@ -25,7 +25,8 @@ pub const RUNTIME_READ_TIMEOUT: Duration = Duration::from_secs(2);
 pub(super) struct RuntimeFacts {
     /// `nodeInfo.containerRuntimeVersion`; `None`: never read.
     pub version: Option<String>,
-    /// Why the node is not ready (runtime and network errors); empty: ready.
+    /// Why the node is not ready (runtime, network and shutdown errors);
+    /// empty: ready.
     pub not_ready: Vec<String>,
     /// The runtime's images; `None`: never read (the server's are kept).
     pub images: Option<Vec<pb::Image>>,
@@ -51,8 +52,10 @@ impl LastKnown {
     ) -> RuntimeFacts {
         // The runtime's state as the health check last saw it (upstream
         // `runtimeState`): no second status call to the runtime.
+        // Upstream's order: runtime, network, (storage), shutdown.
         let mut not_ready = state.runtime_errors();
         not_ready.extend(state.network_errors());
+        not_ready.extend(state.shutdown_errors());
         let (version, list) = tokio::join!(
             tokio::time::timeout(RUNTIME_READ_TIMEOUT, runtime.version()),
             tokio::time::timeout(RUNTIME_READ_TIMEOUT, images.list_images()),

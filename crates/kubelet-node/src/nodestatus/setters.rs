@@ -230,6 +230,21 @@ fn pressure_condition(
     (ty, status, reason, message.to_string())
 }
 
+/// Upstream `errors.NewAggregate(errs).Error()`: one message as it is,
+/// several (repeats dropped) as `[a, b]`.
+pub fn aggregate_message(errors: &[String]) -> String {
+    let mut seen: Vec<&str> = vec![];
+    for e in errors {
+        if !seen.contains(&e.as_str()) {
+            seen.push(e);
+        }
+    }
+    match seen.as_slice() {
+        [one] => (*one).to_string(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
 /// The kubelet's conditions given why it is not ready (empty: ready) and
 /// the pressure the eviction manager reports (upstream
 /// `MemoryPressureCondition`, `DiskPressureCondition`,
@@ -244,7 +259,7 @@ pub fn conditions(
     let ready_msg = if not_ready.is_empty() {
         "kubelet is posting ready status".to_string()
     } else {
-        not_ready.join(",")
+        aggregate_message(not_ready)
     };
     let wanted = [
         pressure_condition(
@@ -432,6 +447,15 @@ mod tests {
             assert_eq!(c.last_transition_time, Some(t1.clone()), "{ty} changed");
         }
         assert_eq!(get("Ready").status, "True");
+    }
+
+    #[test]
+    fn the_ready_message_is_upstreams_aggregate() {
+        assert_eq!(aggregate_message(&["a".into()]), "a");
+        assert_eq!(
+            aggregate_message(&["a".into(), "b".into(), "a".into()]),
+            "[a, b]"
+        );
     }
 
     #[test]

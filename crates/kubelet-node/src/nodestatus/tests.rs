@@ -11,6 +11,8 @@ use parking_lot::RwLock;
 struct Health {
     runtime_error: RwLock<Option<String>>,
     network_error: RwLock<Option<String>>,
+    shutdown_error: RwLock<Option<String>>,
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl RuntimeState for Health {
@@ -19,6 +21,12 @@ impl RuntimeState for Health {
     }
     fn network_errors(&self) -> Vec<String> {
         self.network_error.read().iter().cloned().collect()
+    }
+    fn shutdown_errors(&self) -> Vec<String> {
+        self.shutdown_error.read().iter().cloned().collect()
+    }
+    fn status_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.changed.clone()
     }
 }
 
@@ -475,3 +483,36 @@ async fn an_existing_node_is_reconciled_not_replaced() {
 }
 
 mod outage;
+
+#[tokio::test(start_paused = true)]
+async fn a_requested_sync_reports_the_shutdown_before_the_next_tick() {
+    let c = Cluster::start(Default::default()).await;
+    let stop = CancellationToken::new();
+    let fake = FakeRuntime::new();
+    let (m, mut registered, health) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
+    tokio::spawn(m.run(stop.clone()));
+    registered
+        .wait_for(Option::is_some)
+        .await
+        .expect("registered");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ready(&c).0, "True");
+    let patches = status_patches(&c);
+    // A network error and the shutdown, told to the loop 1s after a tick.
+    *health.runtime_error.write() = Some("container runtime is down".into());
+    *health.network_error.write() = Some("container runtime network not ready: <nil>".into());
+    *health.shutdown_error.write() = Some("node is shutting down".into());
+    health.changed.notify_one();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(status_patches(&c), patches + 1, "reported at once");
+    let (status, reason, message) = ready(&c);
+    assert_eq!(
+        (status.as_str(), reason.as_str(), message.as_str()),
+        (
+            "False",
+            "KubeletNotReady",
+            "[container runtime is down, container runtime network not ready: <nil>, node is shutting down]"
+        )
+    );
+    stop.cancel();
+}
