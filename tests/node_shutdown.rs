@@ -2,10 +2,12 @@
 //! against a test logind on a private D-Bus (`dbus-daemon`; these machines
 //! have no systemd): the kubelet raises logind's `InhibitDelayMaxSec` through
 //! its drop-in and takes a delay lock at start; on `PrepareForShutdown(true)`
-//! the Node becomes NotReady ("node is shutting down"), the non-critical pods
-//! end `Failed`/`Terminated` with upstream's message and `DisruptionTarget`
-//! while the critical pod still runs, then the critical pod, and only then
-//! is the lock's file descriptor closed.
+//! the Node becomes NotReady ("node is shutting down") at once, not on the
+//! next status tick (the default 10s), a new pod is refused (`NodeShutdown`),
+//! the non-critical pods end `Failed`/`Terminated` with upstream's message
+//! and `DisruptionTarget` while the critical pod still runs and the lock is
+//! still held, then the critical pod, and only then is the lock's file
+//! descriptor closed.
 
 use std::time::Duration;
 
@@ -46,7 +48,6 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 4s\n\
-             nodeStatusUpdateFrequency: 2s\n\
              shutdownSystemBusAddress: \"{}\"\nshutdownLogindConfigDirectory: \"{}\"\n",
             logind.address,
             logind.logind_conf_dir().display()
@@ -75,7 +76,10 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
         vec![("systemd-logind.service".to_string(), "all".to_string(), 1)]
     );
 
-    let mut critical = sleeper(RUN);
+    // The critical pod also ignores SIGTERM: it runs its whole share (4s)
+    // after the non-critical ones, a window to see the lock still held.
+    let mut critical = sleeper(STUBBORN);
+    critical["terminationGracePeriodSeconds"] = json!(30);
     critical["priorityClassName"] = json!("system-node-critical");
     critical["priority"] = json!(2_000_001_000);
     let mut stubborn = sleeper(STUBBORN);
@@ -90,15 +94,35 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
         .await;
     }
     assert!(
-        !logind.lock_released(0, Duration::from_millis(200)).await,
+        !logind.lock_released(0),
         "the lock is held before any shutdown"
     );
 
     logind.prepare_for_shutdown(true).await.expect("signal");
 
+    // NotReady with upstream's message, pushed at once: well before the
+    // next status tick (nodeStatusUpdateFrequency keeps its default, 10s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let node = j.api.get("nodes", "", &j.node.name).expect("node");
+        let ready = ready_condition(&node).unwrap_or_default();
+        if ready["status"] == "False" {
+            assert_eq!(ready["reason"], "KubeletNotReady");
+            assert_eq!(ready["message"], "node is shutting down", "{ready}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Node is still Ready 5s after the shutdown signal: {ready}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A pod that arrives now is refused.
+    j.create_pod("sd-late", sleeper(RUN)).await;
+
     // Non-critical pods first; the critical pod runs until both are gone.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    let mut lock_held_after_normal = None;
+    let mut lock_held_after_non_critical = None;
     loop {
         let normal = j.api_pod("sd-normal");
         let stubborn = j.api_pod("sd-stubborn");
@@ -111,9 +135,13 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
             );
             break;
         }
-        if terminated(normal.as_ref()) && lock_held_after_normal.is_none() {
+        if terminated(normal.as_ref())
+            && terminated(stubborn.as_ref())
+            && lock_held_after_non_critical.is_none()
+        {
+            // The critical pod has its 4s share still to run.
             assert_eq!(phase(critical.as_ref()), Some("Running"));
-            lock_held_after_normal = Some(!logind.lock_released(0, Duration::ZERO).await);
+            lock_held_after_non_critical = Some(!logind.lock_released(0));
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -123,9 +151,9 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        lock_held_after_normal,
+        lock_held_after_non_critical,
         Some(true),
-        "the lock is held while pods are killed"
+        "the lock is held while the critical pod is killed"
     );
 
     for name in ["sd-normal", "sd-stubborn", "sd-critical"] {
@@ -156,31 +184,28 @@ async fn pods_are_killed_by_priority_then_the_inhibitor_lock_is_released() {
     );
 
     assert!(
-        logind.lock_released(0, Duration::from_secs(15)).await,
+        logind.wait_lock_released(0, Duration::from_secs(15)).await,
         "the inhibitor lock is closed after the kills"
     );
 
-    // NotReady with upstream's message, and the Node event.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let node = j.api.get("nodes", "", &j.node.name).expect("node");
-        let ready = ready_condition(&node).unwrap_or_default();
-        if ready["status"] == "False" {
-            assert_eq!(ready["reason"], "KubeletNotReady");
-            assert!(
-                ready["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("node is shutting down")),
-                "{ready}"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the Node stays Ready: {ready}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // The pod created after the signal was never admitted.
+    let late = j
+        .wait_api("sd-late", Duration::from_secs(30), "Failed", terminated)
+        .await
+        .expect("pod");
+    assert_eq!(late["status"]["reason"], "NodeShutdown", "{late}");
+    assert_eq!(
+        late["status"]["message"],
+        // Upstream's `rejectPod` prefix, then the shutdown admit message.
+        "Pod was rejected: Pod was rejected as the node is shutting down."
+    );
+
+    // Still NotReady, and the Node event.
+    let node = j.api.get("nodes", "", &j.node.name).expect("node");
+    assert_eq!(
+        ready_condition(&node).unwrap_or_default()["message"],
+        "node is shutting down"
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let found = j.api.list("events").iter().any(|e| {
