@@ -42,6 +42,11 @@ pub struct RuntimeConfig {
     pub machine_memory_bytes: i64,
     /// CRI runtime handler for sandboxes ("" = default).
     pub runtime_handler: String,
+    /// Dead instances of a container kept when it is started again
+    /// (`--maximum-dead-containers-per-container`, at least 1: the
+    /// `lastState` and `kubectl logs --previous` read the newest); container
+    /// GC applies the rest of the policy every minute.
+    pub max_dead_per_container: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -60,6 +65,7 @@ impl Default for RuntimeConfig {
             pod_cgroups: None,
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
+            max_dead_per_container: 1,
         }
     }
 }

@@ -135,6 +135,10 @@ impl App {
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(machine.memory_bytes).unwrap_or(i64::MAX),
             runtime_handler: String::new(),
+            max_dead_per_container: usize::try_from(
+                cfg.housekeeping.container_gc.max_per_pod_container,
+            )
+            .unwrap_or(0),
             ..RuntimeConfig::default()
         };
         let container_manager = cm::start(&cfg, &machine, &mut rcfg)

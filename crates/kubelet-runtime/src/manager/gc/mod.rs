@@ -39,13 +39,15 @@ impl KubeRuntimeManager {
         }
     }
 
-    /// Keeps the newest exited instance of a container (its `lastState`) and
-    /// removes older dead ones (upstream keeps one dead container per name).
+    /// Keeps the newest exited instances of a container (the newest is its
+    /// `lastState`), as many as `--maximum-dead-containers-per-container`
+    /// allows but at least one, and removes older dead ones.
     pub(super) async fn prune_instances(&self, status: &PodStatus, name: &str) {
+        let keep = self.cfg.max_dead_per_container.max(1);
         let dead: Vec<_> = status
             .instances(name)
             .filter(|s| s.state != ContainerState::Running)
-            .skip(1)
+            .skip(keep)
             .collect();
         for s in dead {
             if let Err(e) = self.remove_container(&s.id).await {

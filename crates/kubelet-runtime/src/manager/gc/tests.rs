@@ -21,12 +21,17 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_keeping(1)
+}
+
+fn env_keeping(max_dead_per_container: usize) -> Env {
     let fake = FakeRuntime::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = RuntimeConfig {
         pod_logs_dir: dir.path().to_path_buf(),
         root_dir: dir.path().join("root"),
         resolv_conf: String::new(),
+        max_dead_per_container,
         ..Default::default()
     };
     let m = KubeRuntimeManager::new(Arc::new(fake.clone()), Arc::new(fake.clone()), cfg);
@@ -422,4 +427,23 @@ async fn the_sync_path_prune_removes_logs_too() {
     let logs: &Path = &e.dir.path().join("default_pod-u1_u1/c");
     assert!(!logs.join("0.log").exists());
     assert!(logs.join("1.log").exists());
+}
+
+/// `--maximum-dead-containers-per-container=2`: a restart keeps two dead
+/// instances, not one; 0 still keeps the newest (`lastState`).
+#[tokio::test]
+async fn the_sync_path_prune_keeps_what_the_policy_allows() {
+    for (keep, left) in [(2, 2), (0, 1)] {
+        let e = env_keeping(keep);
+        let sb = e.sandbox("u1", 0).await;
+        for attempt in 0..3 {
+            e.container(&sb, "u1", "c", attempt, false).await;
+        }
+        let status =
+            e.m.get_pod_status("u1", "pod-u1", "default")
+                .await
+                .expect("status");
+        e.m.prune_instances(&status, "c").await;
+        assert_eq!(e.fake.containers().len(), left, "keeping {keep}");
+    }
 }
