@@ -34,6 +34,19 @@ const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upstream `podCleanupPollFreq`.
 const POD_CLEANUP_POLL: Duration = Duration::from_secs(1);
 
+/// A soft eviction's grace period: the pod's own, capped by
+/// `evictionMaxPodGracePeriod` when that is set (above 0), at least
+/// [`IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS`].
+pub(crate) fn soft_grace(p: &Pod, max: i64) -> i64 {
+    let own = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(kubelet_types::pod::DEFAULT_GRACE_PERIOD_SECONDS);
+    let grace = if max <= 0 { own } else { own.min(max) };
+    grace.max(IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS)
+}
+
 /// How the manager is configured (upstream `eviction.Config`).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -289,12 +302,7 @@ impl Manager {
             let grace = if target.is_hard() {
                 IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
             } else {
-                let own = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .unwrap_or(kubelet_types::pod::DEFAULT_GRACE_PERIOD_SECONDS);
-                own.min(self.config.max_pod_grace_period_seconds)
+                soft_grace(p, self.config.max_pod_grace_period_seconds)
             };
             let (message, annotations) = eviction_message(
                 resource,

@@ -301,6 +301,39 @@ async fn soft_threshold_waits_for_its_grace_period() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn soft_eviction_with_max_pod_grace_unset_uses_the_pods_own() {
+    // evictionMaxPodGracePeriod 0 (the default) means "not set": the pod
+    // keeps its terminationGracePeriodSeconds (60), not 0.
+    let (m, f) = manager(Setup {
+        hard: BTreeMap::new(),
+        soft: map(&[("memory.available", "2Gi")]),
+        grace: [("memory.available".to_string(), Duration::from_secs(10))].into(),
+        max_pod_grace: 0,
+        ..Default::default()
+    });
+    add_pod(&f, pod("hog", 0, None), 3 * GI);
+    set_node(&f, GI, 100 * GI);
+    assert!(m.synchronize().await.is_none(), "grace period not over");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    set_node(&f, GI, 100 * GI);
+    assert!(m.synchronize().await.is_some());
+    assert_eq!(f.evicted.lock()[0].1.grace_period_seconds, 60);
+}
+
+#[test]
+fn soft_grace_is_at_least_one_second() {
+    let zero: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "z", "uid": "z"},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": []}
+    }))
+    .expect("pod");
+    assert_eq!(crate::manager::soft_grace(&zero, 0), 1);
+    assert_eq!(crate::manager::soft_grace(&zero, 30), 1);
+    assert_eq!(crate::manager::soft_grace(&pod("p", 0, None), -5), 60);
+    assert_eq!(crate::manager::soft_grace(&pod("p", 0, None), 90), 60);
+}
+
+#[tokio::test(start_paused = true)]
 async fn soft_threshold_that_clears_restarts_its_grace_period() {
     let (m, f) = manager(Setup {
         hard: BTreeMap::new(),
