@@ -50,6 +50,10 @@ pub enum Error {
     /// `allowedUnsafeSysctls` names a sysctl that is not namespaced.
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[from] crate::lifecycle::sysctl::NotNamespaced),
+    /// An eviction setting is invalid (upstream `NewMainKubelet` returns
+    /// `ParseThresholdConfig`'s error).
+    #[error(transparent)]
+    Eviction(kubelet_eviction::EvictionError),
     /// The runtime's view of the pod could not be read.
     #[error("cannot read pod status from the runtime: {0}")]
     PodStatus(#[source] std::sync::Arc<kubelet_runtime::Error>),

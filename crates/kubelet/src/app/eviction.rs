@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use kubelet_config::SettingValue;
+use kubelet_config::{KubeletConfig, SettingValue};
 use kubelet_eviction::stats::{
     ContainerStats, FsSignal, FsUsage, MemorySignal, NodeStats, PodStats, Summary,
 };
@@ -21,7 +21,7 @@ use kubelet_server::stats::summary as api;
 use kubelet_types::pod;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info_span};
+use tracing::info_span;
 
 use super::housekeeping::Housekeeping;
 use super::spawn::spawn_in;
@@ -331,41 +331,38 @@ impl kubelet_eviction::EvictionMetrics for Metrics {
     }
 }
 
-/// The manager's thresholds from `evictionHard` and the soft settings; an
-/// invalid setting is logged and eviction runs without thresholds.
-fn thresholds(h: &Housekeeping<'_>) -> Vec<kubelet_eviction::Threshold> {
-    let e = &h.cfg.housekeeping.eviction;
+/// The manager's thresholds from `evictionHard` and the soft settings
+/// (upstream `ParseThresholdConfig` in `NewMainKubelet`): an invalid
+/// setting fails the kubelet's start.
+pub(super) fn thresholds(
+    cfg: &KubeletConfig,
+) -> Result<Vec<kubelet_eviction::Threshold>, EvictionError> {
+    let e = &cfg.housekeeping.eviction;
     let grace = kubelet_config::housekeeping::eviction::soft_grace_periods(e);
-    let enforce = match h.cfg.settings.get("enforceNodeAllocatable") {
+    let enforce = match cfg.settings.get("enforceNodeAllocatable") {
         Some(SettingValue::List(l)) => l.iter().any(|k| k == "pods"),
         // Upstream's default is `pods`.
         _ => true,
     };
-    match kubelet_eviction::parse_thresholds(&kubelet_eviction::ThresholdConfig {
-        hard: &h.cfg.cluster.eviction_hard,
+    kubelet_eviction::parse_thresholds(&kubelet_eviction::ThresholdConfig {
+        hard: &cfg.cluster.eviction_hard,
         soft: &e.soft,
         soft_grace_period: &grace,
         minimum_reclaim: &e.minimum_reclaim,
         enforce_allocatable_pods: enforce,
-    }) {
-        Ok(t) => t,
-        Err(err) => {
-            error!(error = %err, "Failed to parse eviction thresholds; eviction runs on local storage limits only");
-            Vec::new()
-        }
-    }
+    })
 }
 
 /// Starts it on `tasks` under `stop`, publishing node conditions on `pressure`.
 pub(super) fn spawn(
     h: &Housekeeping<'_>,
+    thresholds: Vec<kubelet_eviction::Threshold>,
     reclaim: Reclaimers,
     pressure: kubelet_eviction::admit::PressureSender,
     tasks: &TaskTracker,
     stop: &CancellationToken,
 ) {
     let roots = kubelet_eviction::notifier::Roots::default();
-    let thresholds = thresholds(h);
     let manager = Arc::new(kubelet_eviction::Manager::new(
         kubelet_eviction::Config {
             thresholds: thresholds.clone(),
@@ -419,5 +416,54 @@ impl kubelet_node::NodePressure for NodePressure {
     }
     fn pid_pressure(&self) -> bool {
         self.0.has(kubelet_eviction::NodeCondition::PidPressure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> KubeletConfig {
+        let flags = kubelet_config::Flags::parse_args(
+            std::iter::once("kubelet").chain(args.iter().copied()),
+        )
+        .expect("flags");
+        KubeletConfig::resolve(&flags, None, "n1").expect("config")
+    }
+
+    #[test]
+    fn default_thresholds_parse() {
+        let t = thresholds(&config(&[])).expect("upstream defaults");
+        assert!(
+            t.iter()
+                .any(|t| t.signal == kubelet_eviction::Signal::MemoryAvailable)
+        );
+    }
+
+    #[tokio::test]
+    async fn build_refuses_an_invalid_threshold_with_upstreams_message() {
+        for (flag, message) in [
+            (
+                "--eviction-hard=memory.avaliable<1Gi",
+                "unsupported eviction signal memory.avaliable",
+            ),
+            (
+                "--eviction-hard=memory.available<110%",
+                "eviction percentage threshold memory.available must be <= 100%: 110%",
+            ),
+            (
+                "--eviction-soft=memory.available<1Gi",
+                "grace period must be specified for the soft eviction threshold memory.available",
+            ),
+        ] {
+            let cfg = config(&[flag]);
+            let err = thresholds(&cfg).expect_err(flag);
+            assert_eq!(err.to_string(), message);
+            match crate::app::App::build(cfg).await {
+                Err(e @ crate::error::Error::Eviction(_)) => assert_eq!(e.to_string(), message),
+                Err(e) => panic!("{flag}: wrong error {e}"),
+                Ok(_) => panic!("{flag}: the kubelet started"),
+            }
+        }
     }
 }

@@ -73,6 +73,8 @@ pub struct App {
     admission: (crate::lifecycle::sysctl::Allowlist, bool),
     /// QoS, pod and node allocatable cgroups (`app::cm`).
     container_manager: Arc<kubelet_cm::ContainerManager>,
+    /// The eviction manager's thresholds, parsed before anything starts.
+    eviction_thresholds: Vec<kubelet_eviction::Threshold>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -114,6 +116,7 @@ impl App {
     /// Opens the CRI client and binds the healthz port. An unreachable
     /// runtime is not fatal: the kubelet starts and waits for it.
     pub async fn build(cfg: KubeletConfig) -> Result<Self, AppError> {
+        let eviction_thresholds = eviction::thresholds(&cfg).map_err(AppError::Eviction)?;
         let remote = RemoteRuntime::new(
             &cfg.container_runtime_endpoint,
             cfg.image_service_endpoint.as_deref(),
@@ -214,6 +217,7 @@ impl App {
             cri,
             admission,
             container_manager,
+            eviction_thresholds,
         })
     }
 
@@ -338,7 +342,14 @@ impl App {
             images: image_gc::spawn(&hk, &tasks, &stop),
         };
         container_logs::spawn(&hk, &tasks, &stop);
-        eviction::spawn(&hk, reclaim, pressure_tx, &tasks, &stop);
+        eviction::spawn(
+            &hk,
+            self.eviction_thresholds.clone(),
+            reclaim,
+            pressure_tx,
+            &tasks,
+            &stop,
+        );
         nodeshutdown::spawn(&hk, &tasks, &stop);
         oom_watcher::spawn(&hk, &tasks, &stop);
         drop(hk);
