@@ -116,7 +116,6 @@ const KNOWN_UNUSED: &[&str] = &[
     "kubeReservedCgroup",
     "healthzBindAddress",
     "seccompDefault",
-    "localStorageCapacityIsolation",
     "containerRuntimeEndpoint",
 ];
 

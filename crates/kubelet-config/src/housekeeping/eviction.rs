@@ -1,6 +1,7 @@
 //! Eviction settings (upstream `evictionHard`, `evictionSoft`,
 //! `evictionSoftGracePeriod`, `evictionMinimumReclaim`,
-//! `evictionPressureTransitionPeriod`, `evictionMaxPodGracePeriod`), as
+//! `evictionPressureTransitionPeriod`, `evictionMaxPodGracePeriod`,
+//! `localStorageCapacityIsolation`), as
 //! written: the eviction manager parses the thresholds (upstream
 //! `eviction.ParseThresholdConfig`).
 
@@ -8,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Inputs;
+use crate::settings::SettingValue;
 use crate::{ConfigError, invalid};
 
 /// The eviction manager's settings.
@@ -23,6 +25,9 @@ pub struct EvictionConfig {
     pub pressure_transition_period: Duration,
     /// `evictionMaxPodGracePeriod` (0).
     pub max_pod_grace_period: i64,
+    /// `localStorageCapacityIsolation` (true): evict pods over their
+    /// ephemeral-storage limits and emptyDir size limits.
+    pub local_storage_capacity_isolation: bool,
 }
 
 impl Default for EvictionConfig {
@@ -33,6 +38,7 @@ impl Default for EvictionConfig {
             minimum_reclaim: BTreeMap::new(),
             pressure_transition_period: Duration::from_secs(300),
             max_pod_grace_period: 0,
+            local_storage_capacity_isolation: true,
         }
     }
 }
@@ -61,6 +67,17 @@ pub fn resolve(inputs: &Inputs<'_>) -> Result<EvictionConfig, ConfigError> {
         }
     }
     let max_pod_grace_period = inputs.int("evictionMaxPodGracePeriod", d.max_pod_grace_period)?;
+    let local_storage_capacity_isolation = match inputs.setting("localStorageCapacityIsolation") {
+        None => d.local_storage_capacity_isolation,
+        Some(SettingValue::Bool(b)) => *b,
+        Some(v) => {
+            return Err(invalid(
+                "localStorageCapacityIsolation",
+                v.to_string(),
+                "a boolean",
+            ));
+        }
+    };
     Ok(EvictionConfig {
         soft: inputs.map("evictionSoft")?,
         soft_grace_period,
@@ -70,6 +87,7 @@ pub fn resolve(inputs: &Inputs<'_>) -> Result<EvictionConfig, ConfigError> {
             d.pressure_transition_period,
         )?,
         max_pod_grace_period,
+        local_storage_capacity_isolation,
     })
 }
 
@@ -138,10 +156,41 @@ mod tests {
         assert_eq!(c.soft["memory.available"], "1Gi");
         assert_eq!(c.minimum_reclaim["nodefs.available"], "500Mi");
         assert_eq!(c.max_pod_grace_period, 30);
+        assert!(c.local_storage_capacity_isolation, "default true");
         assert_eq!(
             soft_grace_periods(&c)["memory.available"],
             Duration::from_secs(90)
         );
+    }
+
+    #[test]
+    fn local_storage_capacity_isolation_can_be_turned_off() {
+        let c = resolve_with(&[("localStorageCapacityIsolation", SettingValue::Bool(false))])
+            .expect("resolve");
+        assert!(!c.local_storage_capacity_isolation);
+    }
+
+    #[test]
+    fn local_storage_capacity_isolation_from_the_flag_and_the_file() {
+        let c = crate::KubeletConfig::resolve(
+            &Flags::parse_args(["kubelet", "--local-storage-capacity-isolation=false"])
+                .expect("flags"),
+            None,
+            "n1",
+        )
+        .expect("resolve");
+        assert!(!c.housekeeping.eviction.local_storage_capacity_isolation);
+        let file: KubeletConfiguration = serde_json::from_value(serde_json::json!({
+            "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "localStorageCapacityIsolation": false
+        }))
+        .expect("file");
+        let c =
+            crate::KubeletConfig::resolve(&Flags::default(), Some(&file), "n1").expect("resolve");
+        assert!(!c.housekeeping.eviction.local_storage_capacity_isolation);
+        let c = crate::KubeletConfig::resolve(&Flags::default(), None, "n1").expect("resolve");
+        assert!(c.housekeeping.eviction.local_storage_capacity_isolation);
     }
 
     #[test]

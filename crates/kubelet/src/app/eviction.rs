@@ -369,7 +369,11 @@ pub(super) fn spawn(
             pressure_transition_period: h.cfg.housekeeping.eviction.pressure_transition_period,
             max_pod_grace_period_seconds: h.cfg.housekeeping.eviction.max_pod_grace_period,
             monitoring_interval: MONITORING_INTERVAL,
-            local_storage_capacity_isolation: true,
+            local_storage_capacity_isolation: h
+                .cfg
+                .housekeeping
+                .eviction
+                .local_storage_capacity_isolation,
             node_name: h.cfg.node_name.clone(),
         },
         kubelet_eviction::Deps {
