@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -21,7 +22,7 @@ use kubelet_server::stats::summary as api;
 use kubelet_types::pod;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::info_span;
+use tracing::{info_span, warn};
 
 use super::housekeeping::Housekeeping;
 use super::spawn::spawn_in;
@@ -39,6 +40,8 @@ pub(super) struct Reclaimers {
 const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
 /// Deadline of one stats collection for eviction.
 const STATS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline of the root memory read and of the emptyDir usage walk.
+const FILE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn boxed(e: impl std::error::Error + Send + Sync + 'static) -> EvictionError {
     EvictionError::Stats(Box::new(e))
@@ -105,6 +108,56 @@ struct Stats {
     pods: PodManager,
     root_dir: PathBuf,
     roots: kubelet_eviction::notifier::Roots,
+    volumes: Arc<VolumeUsage>,
+}
+
+/// EmptyDir usage, measured by a walk that may outlast a pass: a pass waits
+/// [`FILE_TIMEOUT`] for it, then uses the last complete walk's values; one
+/// walk runs at a time.
+#[derive(Default)]
+struct VolumeUsage {
+    last: parking_lot::Mutex<PodVolumes>,
+    walking: AtomicBool,
+    /// A slow walk was logged (once, until a walk finishes in time).
+    slow_logged: AtomicBool,
+}
+
+impl VolumeUsage {
+    async fn measure<F>(self: &Arc<Self>, deadline: Duration, walk: F) -> PodVolumes
+    where
+        F: FnOnce() -> PodVolumes + Send + 'static,
+    {
+        if self.walking.swap(true, Ordering::AcqRel) {
+            return self.last.lock().clone();
+        }
+        let this = self.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let v = walk();
+            *this.last.lock() = v.clone();
+            this.walking.store(false, Ordering::Release);
+            v
+        });
+        match tokio::time::timeout(deadline, task).await {
+            Ok(Ok(v)) => {
+                self.slow_logged.store(false, Ordering::Relaxed);
+                v
+            }
+            Ok(Err(e)) => {
+                self.walking.store(false, Ordering::Release);
+                warn!(error = %e, "Eviction manager: emptyDir usage walk failed; using the last known usage");
+                self.last.lock().clone()
+            }
+            Err(_) => {
+                if !self.slow_logged.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        timeout = ?deadline,
+                        "Eviction manager: emptyDir usage walk did not finish in time; using the last known usage"
+                    );
+                }
+                self.last.lock().clone()
+            }
+        }
+    }
 }
 
 /// A pod's emptyDir usage by volume name, and whether it is on disk
@@ -172,27 +225,32 @@ impl kubelet_eviction::SummaryProvider for Stats {
             .await
             .map_err(boxed)?
             .map_err(boxed)?;
+        let roots = self.roots.clone();
+        let memory = tokio::time::timeout(
+            FILE_TIMEOUT,
+            tokio::task::spawn_blocking(move || {
+                kubelet_eviction::notifier::read_root_memory(&roots.cgroup, &roots.proc)
+            }),
+        )
+        .await;
         let pods: Vec<Arc<Pod>> = self.pods.get_pods();
         let root_dir = self.root_dir.clone();
-        let roots = self.roots.clone();
-        let (memory, volumes) = tokio::task::spawn_blocking(move || {
-            let memory = kubelet_eviction::notifier::read_root_memory(&roots.cgroup, &roots.proc);
-            let volumes: PodVolumes = pods
-                .iter()
-                .map(|p| (pod::uid(p).to_string(), empty_dirs(&root_dir, p)))
-                .collect();
-            (memory, volumes)
-        })
-        .await
-        .map_err(boxed)?;
+        let volumes = self
+            .volumes
+            .measure(FILE_TIMEOUT, move || {
+                pods.iter()
+                    .map(|p| (pod::uid(p).to_string(), empty_dirs(&root_dir, p)))
+                    .collect()
+            })
+            .await;
         let memory = match memory {
-            Ok(m) => Some(MemorySignal {
+            Ok(Ok(Ok(m))) => Some(MemorySignal {
                 available_bytes: m.available(),
                 working_set_bytes: m.working_set(),
                 time: Some(SystemTime::now()),
             }),
             // The summary's, as upstream reads it.
-            Err(_) => s.node.memory.as_ref().and_then(|m| {
+            _ => s.node.memory.as_ref().and_then(|m| {
                 Some(MemorySignal {
                     available_bytes: m.available_bytes?,
                     working_set_bytes: m.working_set_bytes?,
@@ -382,6 +440,7 @@ pub(super) fn spawn(
                 pods: h.pods.clone(),
                 root_dir: h.cfg.root_dir.clone(),
                 roots: roots.clone(),
+                volumes: Arc::default(),
             }),
             pods: Arc::new(Active {
                 pods: h.pods.clone(),
@@ -469,5 +528,58 @@ mod tests {
                 Ok(_) => panic!("{flag}: the kubelet started"),
             }
         }
+    }
+
+    fn usage(bytes: u64) -> PodVolumes {
+        vec![(
+            "uid".into(),
+            vec![(
+                "v".into(),
+                FsUsage {
+                    used_bytes: Some(bytes),
+                    inodes_used: Some(1),
+                },
+                true,
+            )],
+        )]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_emptydir_walk_does_not_hold_the_pass() {
+        let v = Arc::new(VolumeUsage::default());
+        assert_eq!(v.measure(FILE_TIMEOUT, || usage(1)).await, usage(1));
+        // A walk that hangs: the pass goes on with the last values. (Paused
+        // time does not auto-advance while a blocking task runs.)
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let past_deadline = || tokio::time::advance(FILE_TIMEOUT + Duration::from_millis(1));
+        let (got, ()) = tokio::join!(
+            v.measure(FILE_TIMEOUT, move || {
+                let _ = hung.recv();
+                usage(2)
+            }),
+            past_deadline()
+        );
+        assert_eq!(got, usage(1), "last known usage on timeout");
+        // No second walk while the first still runs.
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let got = v
+            .measure(FILE_TIMEOUT, move || {
+                s.store(true, Ordering::SeqCst);
+                usage(3)
+            })
+            .await;
+        assert_eq!(got, usage(1));
+        assert!(!started.load(Ordering::SeqCst), "one walk at a time");
+        // The hung walk finishes: its values are kept, the next walk runs.
+        release.send(()).expect("release");
+        for _ in 0..500 {
+            if !v.walking.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(*v.last.lock(), usage(2));
+        assert_eq!(v.measure(FILE_TIMEOUT, || usage(4)).await, usage(4));
     }
 }
