@@ -78,17 +78,14 @@ pub fn eviction_message(
     let Some(stats) = stats else {
         return (message, annotations);
     };
-    let spec = p.spec.as_ref();
-    let containers = spec
+    // Upstream `evictionMessage` names only the pod's (non-init) containers.
+    let containers: Vec<_> = p
+        .spec
+        .as_ref()
         .map(|s| s.containers.iter())
         .into_iter()
         .flatten()
-        .chain(
-            spec.and_then(|s| s.init_containers.as_ref())
-                .into_iter()
-                .flatten(),
-        );
-    let containers: Vec<_> = containers.collect();
+        .collect();
     let mut names = Vec::new();
     let mut usages = Vec::new();
     for cs in &stats.containers {
@@ -142,7 +139,7 @@ mod tests {
             "spec": {"containers": [
                 {"name": "x"},
                 {"name": "y", "resources": {"requests": {"memory": "2Gi"}}}
-            ]}
+            ], "initContainers": [{"name": "sidecar", "restartPolicy": "Always"}]}
         }))
         .expect("pod");
         let stats = PodStats {
@@ -156,6 +153,12 @@ mod tests {
                 ContainerStats {
                     name: "y".into(),
                     memory_working_set: Some(1 << 20),
+                    ..Default::default()
+                },
+                // Upstream names only spec.containers.
+                ContainerStats {
+                    name: "sidecar".into(),
+                    memory_working_set: Some(1 << 30),
                     ..Default::default()
                 },
             ],

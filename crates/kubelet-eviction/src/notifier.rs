@@ -64,7 +64,7 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
             let mut parts = v.split_whitespace();
             let n: u64 = parts.next()?.parse().ok()?;
             Some(if parts.next() == Some("kB") {
-                n * 1024
+                n.saturating_mul(1024)
             } else {
                 n
             })
@@ -101,7 +101,13 @@ pub fn read_root_memory(cgroup_root: &Path, proc_root: &Path) -> Result<RootMemo
     let capacity = keyed(&meminfo, "MemTotal").ok_or_else(bad)?;
     if is_v1(cgroup_root) {
         let usage_path = cgroup_root.join("memory/memory.usage_in_bytes");
-        let usage = read(&usage_path)?.trim().parse().unwrap_or(0);
+        let text = read(&usage_path)?;
+        // Unparsable is an error (the summary's memory is used), never 0
+        // ("all memory free").
+        let usage = text.trim().parse().map_err(|e| EvictionError::Notifier {
+            path: usage_path.display().to_string(),
+            source: io::Error::new(io::ErrorKind::InvalidData, e),
+        })?;
         let stat = read(&cgroup_root.join("memory/memory.stat"))?;
         let inactive_file = keyed(&stat, "total_inactive_file").unwrap_or(0);
         return Ok(RootMemory {
@@ -340,6 +346,13 @@ mod tests {
         assert_eq!(
             usage_threshold(&t, &m),
             (1 << 30) - (100 << 20) + (256 << 20)
+        );
+        // An unreadable usage is an error, not "all memory free".
+        std::fs::write(cg.join("memory/memory.usage_in_bytes"), "garbage\n").expect("write");
+        assert!(read_root_memory(&cg, &proc).is_err());
+        assert_eq!(
+            keyed("MemTotal: 18446744073709551615 kB\n", "MemTotal"),
+            Some(u64::MAX)
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

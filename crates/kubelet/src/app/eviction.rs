@@ -315,7 +315,11 @@ impl kubelet_eviction::ActivePods for Active {
     }
 
     async fn cleaned_up(&self, p: &Pod) -> bool {
-        if !terminal(&self.status, pod::uid(p)) {
+        let uid = pod::uid(p);
+        // A pod deleted since (gone from the pod manager or its status
+        // removed) is as done as a terminal one; its mounts still count.
+        let gone = !self.pods.contains(uid) || self.status.get_pod_status(uid).is_none();
+        if !gone && !terminal(&self.status, uid) {
             return false;
         }
         let dir = self.root_dir.join("pods").join(pod::uid(p));
