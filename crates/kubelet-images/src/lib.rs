@@ -26,7 +26,7 @@ mod runtime;
 pub use cri_runtime::CriImageRuntime;
 pub use error::ImageGcError;
 pub use gc_loop::run;
-pub use manager::{GcOutcome, ImageGcManager};
+pub use manager::{GcOutcome, ImageGcManager, RemovedHook};
 pub use policy::{GC_PERIOD, ImageGcPolicy};
 pub use runtime::{FsStats, ImageGcRuntime, ImageInfo};
 

@@ -156,6 +156,16 @@ struct EvictionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectLabel {
+    object: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ContainerTypeLabel {
     container_type: &'static str,
 }
@@ -252,6 +262,10 @@ pub struct KubeletMetrics {
     run_podsandbox_errors: Family<RuntimeHandlerLabel, Counter>,
     evictions: Family<EvictionLabel, Counter>,
     eviction_stats_age: HistogramFamily<EvictionLabel>,
+    image_garbage_collected: Family<ReasonLabel, Counter>,
+    container_gc_removed: Family<ObjectLabel, Counter>,
+    container_log_rotations: Counter,
+    container_log_rotation_failures: Counter,
     started_pods: Counter,
     started_pods_errors: Counter,
     started_containers: Family<ContainerTypeLabel, Counter>,
@@ -394,6 +408,26 @@ impl KubeletMetrics {
             "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
             &hf(def_histogram),
         );
+        let image_garbage_collected = b.add(
+            "kubelet_image_garbage_collected_total",
+            "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+            &Family::default(),
+        );
+        let container_gc_removed = b.add(
+            "kubelet_container_gc_removed_total",
+            "A kubelet-rs addition: dead containers, sandboxes and pod log directories removed by container garbage collection.",
+            &Family::default(),
+        );
+        let container_log_rotations = b.add(
+            "kubelet_container_log_rotations_total",
+            "A kubelet-rs addition: container logs rotated (renamed and reopened by the runtime).",
+            &Counter::default(),
+        );
+        let container_log_rotation_failures = b.add(
+            "kubelet_container_log_rotation_failures_total",
+            "A kubelet-rs addition: container log rotations that failed.",
+            &Counter::default(),
+        );
         let started_pods = b.add(
             "kubelet_started_pods_total",
             "Cumulative number of pods started",
@@ -471,6 +505,10 @@ impl KubeletMetrics {
             run_podsandbox_errors,
             evictions,
             eviction_stats_age,
+            image_garbage_collected,
+            container_gc_removed,
+            container_log_rotations,
+            container_log_rotation_failures,
             started_pods,
             started_pods_errors,
             started_containers,

@@ -69,7 +69,14 @@ pub struct ImageGcManager {
     /// The records, held across a whole collection so that the periodic
     /// collection and eviction's reclaim never remove images at once.
     records: Mutex<HashMap<String, Record>>,
+    /// Told of each removed image and why (`age`, `space`): upstream's
+    /// `kubelet_image_garbage_collected_total{reason}`.
+    on_removed: Option<RemovedHook>,
 }
+
+/// What [`ImageGcManager::with_removed_hook`] calls for each removed image,
+/// with the reason (`age` or `space`).
+pub type RemovedHook = Arc<dyn Fn(&'static str) + Send + Sync>;
 
 impl ImageGcManager {
     /// A manager that reads `runtime`, never removes `sandbox_image` (the
@@ -90,6 +97,20 @@ impl ImageGcManager {
             sandbox_image: sandbox_image.filter(|s| !s.is_empty()),
             began: Instant::now(),
             records: Mutex::new(HashMap::new()),
+            on_removed: None,
+        }
+    }
+
+    /// Calls `hook` with the reason (`age`, `space`) of each image removed.
+    #[must_use]
+    pub fn with_removed_hook(mut self, hook: RemovedHook) -> Self {
+        self.on_removed = Some(hook);
+        self
+    }
+
+    fn removed(&self, reason: &'static str) {
+        if let Some(hook) = &self.on_removed {
+            hook(reason);
         }
     }
 
@@ -326,6 +347,7 @@ impl ImageGcManager {
             match self.runtime.remove_image(&c.id).await {
                 Ok(()) => {
                     records.remove(&c.id);
+                    self.removed("age");
                     outcome.freed += c.record.size;
                     outcome.removed.push(c.id);
                 }
@@ -367,6 +389,7 @@ impl ImageGcManager {
                 continue;
             }
             records.remove(&c.id);
+            self.removed("space");
             freed = freed.saturating_add(c.record.size);
             outcome.freed = outcome.freed.saturating_add(c.record.size);
             outcome.removed.push(c.id);

@@ -420,3 +420,45 @@ async fn the_loop_collects_at_start_and_every_period_and_reports_repeated_failur
     stop.cancel();
     task.await.expect("loop ends on stop");
 }
+
+/// Each removed image is reported with its reason, for upstream's
+/// `kubelet_image_garbage_collected_total{reason}`.
+#[tokio::test(start_paused = true)]
+async fn removals_are_reported_with_their_reason() {
+    let rt = FakeRuntime::with(|s| {
+        s.images = vec![
+            image("sha256:old", "r/old:1", 10),
+            image("sha256:big", "r/big:1", 300),
+        ];
+        (s.capacity, s.available) = (1000, 900);
+    });
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let hook: crate::RemovedHook = {
+        let seen = seen.clone();
+        Arc::new(move |reason| seen.lock().push(reason))
+    };
+    let m = ImageGcManager::new(
+        rt.clone(),
+        policy(85, 80, 0, 60 * MIN),
+        Arc::new(Events::default()),
+        node_ref("node-a"),
+        None,
+    )
+    .with_removed_hook(hook);
+    rt.set(|s| s.containers = ["sha256:big".to_string()].into());
+    m.garbage_collect().await.expect("gc");
+    advance(55 * MIN).await;
+    m.garbage_collect().await.expect("gc"); // big last used at 55 min
+    assert!(seen.lock().is_empty());
+    // At 61 min: old unused since the start goes by age; big, unused for 6
+    // min, goes for space (90% used).
+    rt.set(|s| {
+        s.containers.clear();
+        s.available = 100;
+    });
+    advance(6 * MIN).await;
+    m.garbage_collect().await.expect("gc");
+    let got = seen.lock().clone();
+    assert!(got.contains(&"age"), "{got:?}");
+    assert!(got.contains(&"space"), "{got:?}");
+}

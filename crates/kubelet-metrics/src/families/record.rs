@@ -129,6 +129,34 @@ impl KubeletMetrics {
             .observe(seconds(age));
     }
 
+    /// `kubelet_image_garbage_collected_total{reason}`: `n` images removed
+    /// for `reason` (`age`: unused longer than `imageMaximumGCAge`;
+    /// `space`: above `imageGCHighThresholdPercent`).
+    pub fn add_images_garbage_collected(&self, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.image_garbage_collected
+                .get_or_create(&ReasonLabel { reason })
+                .inc_by(n);
+        }
+    }
+
+    /// `kubelet_container_gc_removed_total{object}`: `n` objects
+    /// (`container`, `sandbox`, `log_dir`) removed by container GC.
+    pub fn add_container_gc_removed(&self, object: &'static str, n: u64) {
+        if n > 0 {
+            self.container_gc_removed
+                .get_or_create(&ObjectLabel { object })
+                .inc_by(n);
+        }
+    }
+
+    /// `kubelet_container_log_rotations_total` and
+    /// `kubelet_container_log_rotation_failures_total`.
+    pub fn add_container_log_rotations(&self, rotations: u64, failures: u64) {
+        self.container_log_rotations.inc_by(rotations);
+        self.container_log_rotation_failures.inc_by(failures);
+    }
+
     /// A sandbox creation was attempted (`kubelet_started_pods_total`,
     /// and `kubelet_started_pods_errors_total` when it failed).
     pub fn record_started_pod(&self, failed: bool) {

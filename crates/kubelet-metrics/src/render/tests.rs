@@ -6,6 +6,9 @@ use crate::{HttpLabels, KubeletMetrics, RestClientLabels, StartPhase, container_
 fn record_everything(m: &KubeletMetrics) {
     let d = Duration::from_millis(30);
     m.set_node_name("node-a");
+    m.add_images_garbage_collected("space", 2);
+    m.add_container_gc_removed("container", 3);
+    m.add_container_log_rotations(4, 1);
     m.set_running(3, &[("running", 4), ("exited", 1)]);
     m.observe_pod_start(Duration::from_secs(2));
     m.observe_pod_worker("sync", d);
@@ -72,6 +75,18 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
         &["runtime_handler"],
     ),
     ("kubelet_evictions", "counter", &["eviction_signal"]),
+    (
+        "kubelet_image_garbage_collected_total",
+        "counter",
+        &["reason"],
+    ),
+    ("kubelet_container_gc_removed_total", "counter", &["object"]),
+    ("kubelet_container_log_rotations_total", "counter", &[]),
+    (
+        "kubelet_container_log_rotation_failures_total",
+        "counter",
+        &[],
+    ),
     ("kubelet_started_pods_total", "counter", &[]),
     ("kubelet_started_pods_errors_total", "counter", &[]),
     (

@@ -62,6 +62,7 @@ struct Collector {
     policy: ContainerGcConfig,
     states: PodStates,
     sources_ready: Arc<SourcesReady>,
+    metrics: Arc<kubelet_metrics::KubeletMetrics>,
 }
 
 impl Collector {
@@ -79,7 +80,15 @@ impl Collector {
                 &state,
             )
             .await
-            .map(|_| ())
+            .map(|s| {
+                let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+                self.metrics
+                    .add_container_gc_removed("container", n(s.containers_removed));
+                self.metrics
+                    .add_container_gc_removed("sandbox", n(s.sandboxes_removed));
+                self.metrics
+                    .add_container_gc_removed("log_dir", n(s.log_dirs_removed));
+            })
     }
 
     /// Every [`CONTAINER_GC_PERIOD`] from the start, until `stop`; a failure
@@ -143,6 +152,7 @@ pub(super) fn spawn(
 ) -> Option<Arc<dyn kubelet_eviction::ContainerGc>> {
     let c = Collector {
         manager: h.manager.clone(),
+        metrics: h.metrics.clone(),
         policy: h.cfg.housekeeping.container_gc.clone(),
         states: PodStates {
             pods: h.pods.clone(),

@@ -28,14 +28,34 @@ pub(super) fn spawn(h: &Housekeeping<'_>, tasks: &TaskTracker, stop: &Cancellati
             }
         };
     let runtime = Arc::new(CriLogRuntime::new(h.cri.clone(), h.remote.clone()));
+    let every = policy.monitor_interval;
     let manager = Arc::new(ContainerLogManager::new(
         runtime,
         policy,
         h.cfg.runtime_request_timeout,
     ));
-    spawn_in(
-        tasks,
-        info_span!("container_log_manager"),
-        manager.run(stop.clone()),
-    );
+    let stats = manager.stats();
+    let metrics = h.metrics.clone();
+    // The manager's counts, exported as they grow (kubelet-rs metrics:
+    // upstream has none for log rotation).
+    let export = async move {
+        let (mut rotations, mut failures) = (0, 0);
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let (r, f) = (stats.rotations(), stats.failures());
+            metrics.add_container_log_rotations(
+                r.saturating_sub(rotations),
+                f.saturating_sub(failures),
+            );
+            (rotations, failures) = (r, f);
+        }
+    };
+    let run = manager.run(stop.clone());
+    spawn_in(tasks, info_span!("container_log_manager"), async move {
+        tokio::select! {
+            () = run => {}
+            () = export => {}
+        }
+    });
 }

@@ -51,13 +51,19 @@ pub(super) fn spawn(
 ) -> Option<Arc<dyn kubelet_eviction::ImageGc>> {
     let policy = policy(&h.cfg.housekeeping.image_gc);
     let node = node_ref(&h.cfg.node_name);
-    let manager = Arc::new(ImageGcManager::new(
-        Arc::new(CriImageRuntime::new(h.remote.clone())),
-        policy.clone(),
-        h.recorder.clone(),
-        node.clone(),
-        h.cfg.pod_infra_container_image.clone(),
-    ));
+    let manager = Arc::new(
+        ImageGcManager::new(
+            Arc::new(CriImageRuntime::new(h.remote.clone())),
+            policy.clone(),
+            h.recorder.clone(),
+            node.clone(),
+            h.cfg.pod_infra_container_image.clone(),
+        )
+        .with_removed_hook({
+            let metrics = h.metrics.clone();
+            Arc::new(move |reason| metrics.add_images_garbage_collected(reason, 1))
+        }),
+    );
     if policy.periodic_gc_enabled() {
         info!(
             period = ?GC_PERIOD,
