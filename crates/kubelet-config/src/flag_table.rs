@@ -326,7 +326,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "local-storage-capacity-isolation",
         Bool,
         "localStorageCapacityIsolation",
-    ),
+    )
+    .acts(),
     done("lock-file", Str).sample("/run/lock/kubelet.lock"),
     removed("log-backtrace-at", TraceLocation, "1.26"),
     ignored("log-cadvisor-usage", Bool),
