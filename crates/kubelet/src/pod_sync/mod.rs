@@ -422,7 +422,7 @@ mod tests {
     use kubelet_test_util::{FakeRuntime, pods};
     use std::time::Duration;
 
-    fn syncer(fake: &FakeRuntime) -> (RuntimePodSyncer, Arc<StatusManager>) {
+    pub(super) fn syncer(fake: &FakeRuntime) -> (RuntimePodSyncer, Arc<StatusManager>) {
         fake.add_image("busybox");
         let manager = Arc::new(KubeRuntimeManager::new(
             Arc::new(fake.clone()),

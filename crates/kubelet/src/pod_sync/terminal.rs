@@ -146,13 +146,10 @@ impl RuntimePodSyncer {
 mod tests {
     use std::sync::Arc;
 
-    use kubelet_runtime::{KubeRuntimeManager, RuntimeConfig};
     use kubelet_test_util::{FakeRuntime, pods};
 
     use super::*;
     use crate::pod_workers::PodSyncer;
-    use crate::runtime_state::RuntimeState;
-    use crate::status::StatusManager;
 
     fn status(phase: &str, reason: Option<&str>) -> PodStatus {
         PodStatus {
@@ -203,19 +200,7 @@ mod tests {
     #[tokio::test]
     async fn an_evicted_pod_is_not_started_after_a_restart() {
         let fake = FakeRuntime::new();
-        fake.add_image("busybox");
-        let manager = Arc::new(KubeRuntimeManager::new(
-            Arc::new(fake.clone()),
-            Arc::new(fake.clone()),
-            RuntimeConfig::default(),
-        ));
-        let status_manager = Arc::new(StatusManager::default());
-        let s = RuntimePodSyncer::new(
-            manager,
-            status_manager.clone(),
-            Arc::new(RuntimeState::new(vec![])),
-            vec![],
-        );
+        let (s, status_manager) = super::super::tests::syncer(&fake);
         let mut p = pods::simple("web", "busybox", "Always");
         p.status = Some(status("Failed", Some("Evicted")));
         let p = Arc::new(p);
