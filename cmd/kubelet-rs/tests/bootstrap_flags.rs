@@ -86,9 +86,7 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
 
     let not_implemented = [
         "pod-cidr",
-        "image-gc-high-threshold",
         "serialize-image-pulls",
-        "container-log-max-size",
         "protect-kernel-defaults",
         "streaming-connection-idle-timeout",
         "make-iptables-util-chains",
@@ -100,16 +98,24 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "image-credential-provider-config",
         "seccomp-default",
         "oom-score-adj",
-        "eviction-soft",
-        "shutdown-grace-period",
-        "maximum-dead-containers",
-        "minimum-container-ttl-duration",
     ];
-    // Flags kubelet-rs acts on since issue 10: no warning at all.
+    // Flags kubelet-rs acts on since issue 10 (and, since issue 18, the GC,
+    // log rotation, eviction and node shutdown ones): no warning at all.
     for flag in [
         "enforce-node-allocatable",
         "allowed-unsafe-sysctls",
         "pod-max-pids",
+        "image-gc-high-threshold",
+        "image-gc-low-threshold",
+        "container-log-max-size",
+        "container-log-max-files",
+        "eviction-soft",
+        "eviction-soft-grace-period",
+        "eviction-max-pod-grace-period",
+        "shutdown-grace-period",
+        "shutdown-grace-period-critical-pods",
+        "maximum-dead-containers",
+        "minimum-container-ttl-duration",
     ] {
         assert!(
             !out.contains(&format!("flag --{flag} ")),
