@@ -214,6 +214,10 @@ pub async fn run(
         return;
     }
     let stopped = Arc::new(AtomicBool::new(false));
+    // Also when this future is dropped without `stop` (a runtime shut down
+    // under it): the blocking thread must end, or the runtime's drop waits
+    // for it forever.
+    let _stop_on_drop = StopOnDrop(stopped.clone());
     let flag = stopped.clone();
     let thread_wake = wake.clone();
     let work = tokio::task::spawn_blocking(move || {
@@ -226,6 +230,15 @@ pub async fn run(
     stop.cancelled().await;
     stopped.store(true, Ordering::Relaxed);
     let _ = work.await;
+}
+
+/// Sets the flag the blocking waits check when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 fn run_v1(memory: &[Threshold], roots: &Roots, wake: &Notify, stop: &AtomicBool) {
