@@ -71,8 +71,16 @@ async fn a_busy_pod_reports_cpu_and_memory() -> anyhow::Result<()> {
     let pod_name = node.pod_name("busy");
     let host = node.handle().host.clone();
 
-    // Two samples a few seconds apart: the second carries a rate.
-    let first = host.summary().await?;
+    // Two samples a few seconds apart: the second carries a rate. A scrape
+    // may be served a summary collected up to `SUMMARY_REUSE` before the pod
+    // started (the eviction manager collects too), so the first waits for
+    // the pod as upstream's summary e2e test does.
+    let mut first = host.summary().await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while our_pod(&first, &pod_name).is_none() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        first = host.summary().await?;
+    }
     assert!(our_pod(&first, &pod_name).is_some(), "{first:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let s = host.summary().await?;
