@@ -291,8 +291,8 @@ pub const FLAGS: &[UpstreamFlag] = &[
     done("hostname-override", Str).sample("node-a"),
     ignored("housekeeping-interval", Duration),
     done("http-check-frequency", Duration).field("httpCheckFrequency"),
-    ignored("image-credential-provider-bin-dir", Str),
-    ignored("image-credential-provider-config", Str),
+    done("image-credential-provider-bin-dir", Str),
+    done("image-credential-provider-config", Str),
     config(
         "image-gc-high-threshold",
         Int32,

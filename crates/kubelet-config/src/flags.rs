@@ -200,6 +200,13 @@ pub struct Flags {
     /// (deprecated upstream).
     #[arg(long, allow_hyphen_values = true, value_parser = go_i32)]
     pub maximum_dead_containers: Option<i32>,
+    /// Credential provider plugin configuration (upstream
+    /// `CredentialProviderConfig`), read at start.
+    #[arg(long, allow_hyphen_values = true)]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the credential provider plugin binaries.
+    #[arg(long, allow_hyphen_values = true)]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// Read-only port (0 disables).
     #[arg(long, allow_hyphen_values = true, value_parser = go_i32)]
     pub read_only_port: Option<i32>,

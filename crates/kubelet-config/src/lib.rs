@@ -97,6 +97,10 @@ pub struct KubeletConfig {
     pub cgroup_root: String,
     /// `podLogsDir`.
     pub pod_logs_dir: PathBuf,
+    /// `--image-credential-provider-config` (flag only, as upstream).
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// `--image-credential-provider-bin-dir` (flag only, as upstream).
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// `maxPods`.
     pub max_pods: u32,
     /// `--node-ip`.
@@ -511,6 +515,8 @@ impl KubeletConfig {
                 nonempty(f.cgroup_root.clone()),
                 "/".into(),
             ),
+            image_credential_provider_config: flags.image_credential_provider_config.clone(),
+            image_credential_provider_bin_dir: flags.image_credential_provider_bin_dir.clone(),
             pod_logs_dir: PathBuf::from(pick(
                 None,
                 nonempty(f.pod_logs_dir.clone()),

@@ -512,17 +512,23 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert_eq!((w[0].flag, w[0].value.as_str()), ("fail-swap-on", "true"));
         let ignored = ignored_flags(&flags(&[
-            "--image-credential-provider-bin-dir=/usr/libexec/kubelet",
+            "--containerd=/run/containerd/containerd.sock",
             "--log-dir=/var/log",
             // Container GC acts on it (kubelet-config `housekeeping`).
             "--maximum-dead-containers=10",
         ]))
         .expect("ignored");
         assert_eq!(
-            ignored["image-credential-provider-bin-dir"],
-            SettingValue::String("/usr/libexec/kubelet".into())
+            ignored["containerd"],
+            SettingValue::String("/run/containerd/containerd.sock".into())
         );
         assert_eq!(ignored["log-dir"], SettingValue::String("/var/log".into()));
         assert!(!ignored.contains_key("maximum-dead-containers"));
+        let acted = ignored_flags(&flags(&[
+            "--image-credential-provider-config=/etc/kubernetes/credential-providers.yaml",
+            "--image-credential-provider-bin-dir=/usr/libexec/kubelet",
+        ]))
+        .expect("ignored");
+        assert!(acted.is_empty(), "{acted:?}");
     }
 }

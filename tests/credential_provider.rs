@@ -1,0 +1,2 @@
+//! Image credential provider plugins (upstream `pkg/credentialprovider/plugin`)
+//! on real containerd.
