@@ -58,6 +58,27 @@ pub(super) fn keep_phase(old: &PodStatus, new: &mut PodStatus) {
 }
 
 impl RuntimePodSyncer {
+    /// Kills every container and the sandbox of `p` (`grace` overriding the
+    /// pod's), then reads its status again (the status from before when the
+    /// runtime cannot answer).
+    async fn kill_and_reread(
+        &self,
+        p: &Pod,
+        before: &kubelet_runtime::PodStatus,
+        grace: Option<std::time::Duration>,
+    ) -> (kubelet_runtime::Result<()>, kubelet_runtime::PodStatus) {
+        let killed = self
+            .runtime
+            .kill_pod_with_spec(Some(p), before, grace, false)
+            .await;
+        let after = self
+            .runtime
+            .get_pod_status(pod::uid(p), pod::name(p), pod::namespace(p))
+            .await
+            .unwrap_or_else(|_| before.clone());
+        (killed, after)
+    }
+
     /// Stops a pod past its `activeDeadlineSeconds` and records `Failed`/`DeadlineExceeded`.
     pub(super) async fn fail_deadline(
         &self,
@@ -68,18 +89,7 @@ impl RuntimePodSyncer {
         if before.live_containers().next().is_some() || before.has_ready_sandbox() {
             info!("Pod was active on the node longer than the specified deadline; stopping it");
         }
-        let killed = self
-            .runtime
-            .kill_pod_with_spec(Some(p), before, None, false)
-            .await;
-        let after = match self
-            .runtime
-            .get_pod_status(uid, pod::name(p), pod::namespace(p))
-            .await
-        {
-            Ok(s) => s,
-            Err(_) => before.clone(),
-        };
+        let (killed, after) = self.kill_and_reread(p, before, None).await;
         self.record(p, &after);
         if let Some(s) = self.status.get_pod_status(uid) {
             self.status.set_pod_status(uid, active_deadline::failed(s));
@@ -105,24 +115,10 @@ impl RuntimePodSyncer {
         if before.live_containers().next().is_some() || before.has_ready_sandbox() {
             info!(reason = %req.reason, message = %req.message, "Killing pod");
         }
-        let killed = self
-            .runtime
-            .kill_pod_with_spec(
-                Some(p),
-                before,
-                req.grace_period_override
-                    .map(|g| std::time::Duration::from_secs(u64::try_from(g).unwrap_or(0))),
-                false,
-            )
-            .await;
-        let after = match self
-            .runtime
-            .get_pod_status(uid, pod::name(p), pod::namespace(p))
-            .await
-        {
-            Ok(s) => s,
-            Err(_) => before.clone(),
-        };
+        let grace = req
+            .grace_period_override
+            .map(|g| std::time::Duration::from_secs(u64::try_from(g).unwrap_or(0)));
+        let (killed, after) = self.kill_and_reread(p, before, grace).await;
         self.record_phase(p, &after, true, Some(req));
         if killed.is_ok() && after.live_containers().next().is_none() {
             // Upstream `SyncTerminatedPod`: the pod's volumes go now (a
