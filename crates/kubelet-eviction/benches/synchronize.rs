@@ -111,7 +111,7 @@ fn pods() -> Vec<Arc<Pod>> {
 }
 
 fn manager(mem_available: u64) -> Manager {
-    let hard = kubelet_config_defaults();
+    let hard = kubelet_config::cluster::default_eviction_hard();
     let empty = Default::default();
     let thresholds = parse_thresholds(&ThresholdConfig {
         hard: &hard,
@@ -145,18 +145,6 @@ fn manager(mem_available: u64) -> Manager {
         },
         kubelet_eviction::Pressure::channel().0,
     )
-}
-
-fn kubelet_config_defaults() -> std::collections::BTreeMap<String, String> {
-    [
-        ("memory.available", "100Mi"),
-        ("nodefs.available", "10%"),
-        ("nodefs.inodesFree", "5%"),
-        ("imagefs.available", "15%"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
 }
 
 fn bench(c: &mut Criterion) {
