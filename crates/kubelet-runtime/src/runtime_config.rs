@@ -47,6 +47,11 @@ pub struct RuntimeConfig {
     /// `lastState` and `kubectl logs --previous` read the newest); container
     /// GC applies the rest of the policy every minute.
     pub max_dead_per_container: usize,
+    /// The image credential provider plugins
+    /// (`--image-credential-provider-config`); their credentials are tried
+    /// after the pod's pull secrets and the node's keyring.
+    pub image_credential_providers:
+        Option<std::sync::Arc<dyn crate::credentialprovider::ExternalCredentialProviders>>,
 }
 
 impl Default for RuntimeConfig {
@@ -66,6 +71,7 @@ impl Default for RuntimeConfig {
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
             max_dead_per_container: 1,
+            image_credential_providers: None,
         }
     }
 }

@@ -2,14 +2,17 @@
 //! docker config files as found in image pull secrets ([`config`]), the
 //! keyring matching them against an image's registry host, port and path
 //! ([`keyring`]), image pull secrets turned into a keyring ([`secrets`]) and
-//! the normalized repository name a lookup is made with ([`reference`]).
+//! the normalized repository name a lookup is made with ([`reference`]), and
+//! the seam to image credential provider plugins ([`external`]).
 
 pub mod config;
+pub mod external;
 pub mod keyring;
 pub mod reference;
 pub mod secrets;
 
 pub use config::{DockerConfig, DockerConfigEntry};
+pub use external::{ExternalCredentialProviders, LateKeyring, PullPod};
 pub use keyring::{AuthConfig, BasicDockerKeyring, DockerKeyring, UnionDockerKeyring};
 pub use reference::repo_to_pull;
 pub use secrets::make_docker_keyring;
