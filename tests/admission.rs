@@ -28,19 +28,6 @@ fn spec(containers: Value, extra: Value) -> Value {
     s
 }
 
-fn events(j: &Joined, name: &str) -> Vec<(String, String, String)> {
-    let full = j.pod_name(name);
-    j.api
-        .list("events")
-        .iter()
-        .filter(|e| e["involvedObject"]["name"] == full.as_str())
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
-            (s("type"), s("reason"), s("message"))
-        })
-        .collect()
-}
-
 async fn expect_rejected(j: &Joined, name: &str, reason: &str, message: &str) {
     let p = j
         .wait_api(name, T, "rejected", |p| phase(p) == Some("Failed"))
@@ -52,7 +39,7 @@ async fn expect_rejected(j: &Joined, name: &str, reason: &str, message: &str) {
         format!("Pod was rejected: {message}"),
         "{name}"
     );
-    let ev = events(j, name);
+    let ev = j.pod_events(name);
     assert!(
         ev.iter()
             .any(|(t, r, m)| t == "Warning" && r == reason && m == message),

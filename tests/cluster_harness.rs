@@ -62,6 +62,32 @@ impl Joined {
         self.node.pod_name(name)
     }
 
+    /// The events about pod `name` as `(type, reason, message)`.
+    pub fn pod_events(&self, name: &str) -> Vec<(String, String, String)> {
+        let full = self.pod_name(name);
+        self.api
+            .list("events")
+            .iter()
+            .filter(|e| e["involvedObject"]["name"] == full.as_str())
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+                (s("type"), s("reason"), s("message"))
+            })
+            .collect()
+    }
+
+    /// The node's condition `ty` as `(status, reason, message)`.
+    pub fn node_condition(&self, ty: &str) -> Option<(String, String, String)> {
+        let n = self.api.get("nodes", "", &self.node.name)?;
+        let c = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == ty)?
+            .clone();
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        Some((s("status"), s("reason"), s("message")))
+    }
+
     /// Creates a pod bound to this node from a spec fragment.
     pub async fn create_pod(&self, name: &str, spec: Value) -> Pod {
         let mut spec = spec;

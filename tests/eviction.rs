@@ -52,30 +52,6 @@ fn memory_available() -> u64 {
     total.saturating_sub(working_set)
 }
 
-fn events(j: &Joined, name: &str) -> Vec<(String, String, String)> {
-    let full = j.pod_name(name);
-    j.api
-        .list("events")
-        .iter()
-        .filter(|e| e["involvedObject"]["name"] == full.as_str())
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
-            (s("type"), s("reason"), s("message"))
-        })
-        .collect()
-}
-
-fn node_condition(j: &Joined, ty: &str) -> Option<(String, String, String)> {
-    let n = j.api.get("nodes", "", &j.node.name)?;
-    let c = n["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == ty)?
-        .clone();
-    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-    Some((s("status"), s("reason"), s("message")))
-}
-
 fn evicted(p: Option<&Value>) -> bool {
     phase(p) == Some("Failed") && p.is_some_and(|p| p["status"]["reason"] == "Evicted")
 }
@@ -141,7 +117,7 @@ async fn memory_pressure_evicts_the_best_effort_hog_and_refuses_best_effort_pods
             && m.ends_with(", request is 0, has larger consumption of memory. "),
         "{m}"
     );
-    let hog_events = events(&j, "hog");
+    let hog_events = j.pod_events("hog");
     assert!(
         hog_events
             .iter()
@@ -162,7 +138,7 @@ async fn memory_pressure_evicts_the_best_effort_hog_and_refuses_best_effort_pods
     // The Node reports MemoryPressure (it stays for the 5m transition period).
     let deadline = tokio::time::Instant::now() + T;
     loop {
-        let c = node_condition(&j, "MemoryPressure");
+        let c = j.node_condition("MemoryPressure");
         if c.as_ref().is_some_and(|c| c.0 == "True") {
             assert_eq!(
                 c,
@@ -253,7 +229,7 @@ async fn local_storage_limits_evict_with_upstreams_messages() {
         "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
     );
     assert!(
-        events(&j, "emptydir")
+        j.pod_events("emptydir")
             .iter()
             .any(|(t, r, _)| t == "Warning" && r == "Evicted")
     );
