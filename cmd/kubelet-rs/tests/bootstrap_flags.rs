@@ -28,8 +28,6 @@ const BOOTSTRAP_SCRIPT_FLAGS: &[&str] = &[
     "--enforce-node-allocatable=pods",
     "--cgroups-per-qos=true",
     "--logging-format=text",
-    "--image-credential-provider-config=/etc/eks/image-credential-provider/config.json",
-    "--image-credential-provider-bin-dir=/etc/eks/image-credential-provider",
     "--allowed-unsafe-sysctls=net.core.somaxconn,net.ipv4.*",
     "--seccomp-default",
     "--pod-max-pids=4096",
@@ -69,6 +67,32 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
     let mut args = standalone_args(dir.path(), "bootstrap");
     args.extend(BOOTSTRAP_SCRIPT_FLAGS.iter().map(|s| s.to_string()));
     args.extend(LEGACY_FLAGS.iter().map(|s| s.to_string()));
+    // The EKS bootstrap's credential provider flags, with a config and a
+    // plugin that exist (upstream refuses to start without them).
+    let providers = dir.path().join("image-credential-provider");
+    std::fs::create_dir_all(&providers).expect("mkdir");
+    let plugin = providers.join("ecr-credential-provider");
+    std::fs::write(&plugin, "#!/bin/sh\nexit 1\n").expect("plugin");
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = providers.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"apiVersion": "kubelet.config.k8s.io/v1", "kind": "CredentialProviderConfig",
+            "providers": [{"name": "ecr-credential-provider",
+                           "matchImages": ["*.dkr.ecr.*.amazonaws.com"],
+                           "defaultCacheDuration": "12h",
+                           "apiVersion": "credentialprovider.kubelet.k8s.io/v1"}]}"#,
+    )
+    .expect("config");
+    args.push(format!(
+        "--image-credential-provider-config={}",
+        config.display()
+    ));
+    args.push(format!(
+        "--image-credential-provider-bin-dir={}",
+        providers.display()
+    ));
     // The lock file of the list, in the test's own directory.
     args.push(format!(
         "--lock-file={}",
@@ -95,7 +119,6 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "topology-manager-policy",
         "reserved-cpus",
         "kubelet-cgroups",
-        "image-credential-provider-config",
         "seccomp-default",
         "oom-score-adj",
     ];
@@ -116,6 +139,8 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "shutdown-grace-period-critical-pods",
         "maximum-dead-containers",
         "minimum-container-ttl-duration",
+        "image-credential-provider-config",
+        "image-credential-provider-bin-dir",
     ] {
         assert!(
             !out.contains(&format!("flag --{flag} ")),
