@@ -5,9 +5,31 @@
 //! reports the outcome with `NotifyRegistrationStatus`, and deregisters the
 //! plugin when its socket goes.
 
+mod actual;
+mod client;
+mod error;
 mod handler;
+mod manager;
+mod operation;
+mod scan;
+mod watcher;
+mod worker;
 
+#[cfg(test)]
+mod tests;
+
+pub use actual::{ActualStateOfWorld, RegisteredPlugin};
+pub use client::CallTimeouts;
+pub use error::{DialFailure, Error};
 pub use handler::{CSI_PLUGIN, DEVICE_PLUGIN, HandlerError, PluginHandler, PluginRegistration};
+pub use manager::{
+    DEFAULT_REGISTER_TIMEOUT, DEFAULT_RESCAN_INTERVAL, PluginManager, PluginManagerConfig,
+};
+pub use scan::REGISTRY_DIR_MODE;
+
+/// The registry directory under the kubelet's root directory (upstream
+/// `config.DefaultKubeletPluginsRegistrationDirName`).
+pub const PLUGINS_REGISTRY_DIR_NAME: &str = "plugins_registry";
 
 /// Generated protobuf messages and gRPC stubs for `pluginregistration`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
