@@ -161,9 +161,27 @@ pub fn rotate(log: &Path, max_rotated_kept: usize, stamp: &str) -> Result<Rotati
 }
 
 /// Upstream's rename back after a failed reopen, so the next round tries
-/// again.
+/// again. Never over a live file: when the runtime did reopen the log after
+/// all (our call timed out, its reopen went through), the rotated file stays
+/// a rotated file instead of replacing the lines written since.
 pub fn undo(log: &Path, rotated: &Path) -> Result<(), LogsError> {
-    fs::rename(rotated, log).map_err(LogsError::io("rename rotated log back", rotated))
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+    match renameat2(
+        AT_FDCWD,
+        rotated,
+        AT_FDCWD,
+        log,
+        RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EEXIST) => {
+            tracing::info!(path = %log.display(), "The runtime reopened the log; keeping the rotated file");
+            Ok(())
+        }
+        Err(e) => Err(LogsError::io("rename rotated log back", rotated)(
+            std::io::Error::from(e),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -264,6 +282,18 @@ mod tests {
             all_logs(&log).expect("all"),
             vec![dir.path().join("0.log.20240101-000000.gz"), log.clone()]
         );
+    }
+
+    #[test]
+    fn undo_never_replaces_a_live_file_the_runtime_reopened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("0.log");
+        fs::write(&log, "old").expect("write");
+        let r = rotate(&log, 3, "20240101-000001").expect("rotate");
+        fs::write(&log, "new").expect("reopened by the runtime");
+        undo(&log, &r.rotated).expect("undo");
+        assert_eq!(fs::read(&log).expect("live"), b"new");
+        assert_eq!(fs::read(&r.rotated).expect("rotated kept"), b"old");
     }
 
     #[test]
