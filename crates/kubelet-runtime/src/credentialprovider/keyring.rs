@@ -202,6 +202,29 @@ fn valid_host(host: &str) -> bool {
     chars_ok && port_ok
 }
 
+/// Why `location` (no scheme) is no URL, in Go's `url.Parse` words (upstream
+/// `ParseSchemelessURL`, used to validate a credential provider's
+/// `matchImages`); `None` when it parses.
+pub fn schemeless_url_error(location: &str) -> Option<String> {
+    let url = format!("https://{location}");
+    if SchemelessUrl::parse(&url).is_some() {
+        return None;
+    }
+    let rest = url["https://".len()..].split(['?', '#']).next().unwrap_or("");
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let why = match host.chars().find(|c| {
+        c.is_ascii() && !c.is_ascii_alphanumeric() && !"-_.~!$&'()*+,;=:[]<>\"%".contains(*c)
+    }) {
+        Some(c) => format!("invalid character {:?} in host name", c.to_string()),
+        None => {
+            let port = host.rfind(':').map_or("", |i| &host[i..]);
+            format!("invalid port {port:?} after host")
+        }
+    };
+    Some(format!("parse {url:?}: {why}"))
+}
+
 /// Whether registry location `glob` (labels may be globs) serves `target`,
 /// both without scheme (upstream `URLsMatchStr`).
 pub fn urls_match_str(glob: &str, target: &str) -> bool {

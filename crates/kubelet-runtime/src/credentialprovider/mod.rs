@@ -13,7 +13,10 @@ pub mod secrets;
 
 pub use config::{DockerConfig, DockerConfigEntry};
 pub use external::{ExternalCredentialProviders, LateKeyring, PullPod};
-pub use keyring::{AuthConfig, BasicDockerKeyring, DockerKeyring, UnionDockerKeyring};
+pub use keyring::{
+    AuthConfig, BasicDockerKeyring, DockerKeyring, UnionDockerKeyring, schemeless_url_error,
+    urls_match_str,
+};
 pub use reference::repo_to_pull;
 pub use secrets::make_docker_keyring;
 

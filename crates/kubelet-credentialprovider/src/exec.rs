@@ -1,0 +1,138 @@
+//! Running a plugin (upstream `execPlugin`): `<bin-dir>/<name> args...` with
+//! the kubelet's environment plus the provider's `env` (the provider's win),
+//! the request as JSON on stdin, the response read from stdout, and one
+//! minute before the plugin is killed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tracing::debug;
+
+use crate::Error;
+use crate::api::{self, CredentialProviderRequest, CredentialProviderResponse};
+use crate::config::{CredentialProvider, ExecEnvVar};
+
+/// Upstream's catch-all deadline for one plugin run.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Gets credentials from a plugin (a seam: tests answer without a process).
+#[async_trait::async_trait]
+pub trait Plugin: Send + Sync {
+    /// Runs the plugin for `image` with a service account token and
+    /// annotations ("" and empty outside token mode).
+    async fn exec_plugin(
+        &self,
+        image: &str,
+        token: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<CredentialProviderResponse, Error>;
+}
+
+/// A plugin binary in the bin dir.
+#[derive(Clone, Debug)]
+pub struct ExecPlugin {
+    /// The provider's name.
+    pub name: String,
+    /// The provider's apiVersion.
+    pub api_version: String,
+    /// `<bin-dir>/<name>`.
+    pub bin: PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment over the kubelet's.
+    pub env: Vec<ExecEnvVar>,
+    /// How long a run may take ([`EXEC_TIMEOUT`]).
+    pub timeout: Duration,
+}
+
+impl ExecPlugin {
+    /// The plugin of `provider`, in `bin_dir`.
+    pub fn new(bin_dir: &std::path::Path, provider: &CredentialProvider) -> Self {
+        Self {
+            name: provider.name.clone(),
+            api_version: provider.api_version.clone(),
+            bin: bin_dir.join(&provider.name),
+            args: provider.args.clone(),
+            env: provider.env.clone(),
+            timeout: EXEC_TIMEOUT,
+        }
+    }
+
+    fn exec_error(&self, image: &str, why: String, stderr: &[u8]) -> Error {
+        Error::Exec {
+            name: self.name.clone(),
+            image: image.into(),
+            why,
+            stderr: String::from_utf8_lossy(stderr).into_owned(),
+        }
+    }
+
+    /// Runs the binary; its stdout, or why it failed.
+    async fn run(&self, image: &str, input: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.args(&self.args)
+            .envs(self.env.iter().map(|e| (&e.name, &e.value)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| self.exec_error(image, e.to_string(), b""))?;
+        let stdin = child.stdin.take();
+        let feed = async move {
+            if let Some(mut stdin) = stdin {
+                // A plugin that exits without reading its stdin is no error.
+                if let Err(e) = stdin.write_all(&input).await {
+                    debug!(error = %e, "Credential provider plugin did not read its request");
+                }
+            }
+        };
+        let run = async {
+            let ((), out) = tokio::join!(feed, child.wait_with_output());
+            out
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Err(_) => Err(self.exec_error(image, "context deadline exceeded".into(), b"")),
+            Ok(Err(e)) => Err(self.exec_error(image, e.to_string(), b"")),
+            Ok(Ok(out)) if !out.status.success() => {
+                let why = match out.status.code() {
+                    Some(c) => format!("exit status {c}"),
+                    None => out.status.to_string(),
+                };
+                Err(self.exec_error(image, why, &out.stderr))
+            }
+            Ok(Ok(out)) => Ok(out.stdout),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugin for ExecPlugin {
+    async fn exec_plugin(
+        &self,
+        image: &str,
+        token: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<CredentialProviderResponse, Error> {
+        debug!(image, plugin = %self.name, "Getting image credentials from external exec plugin");
+        let req = CredentialProviderRequest::new(&self.api_version, image, token, annotations);
+        let input = serde_json::to_vec(&req).map_err(Error::Encode)?;
+        let out = self.run(image, input).await?;
+        let (api_version, _) = api::interpret(&out).map_err(Error::ResponseGvk)?;
+        if api_version != self.api_version {
+            return Err(Error::ApiVersionMismatch {
+                expected: self.api_version.clone(),
+                actual: api_version,
+            });
+        }
+        api::decode_response(&out).ok_or(Error::DecodeResponse)
+    }
+}
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;
