@@ -1,0 +1,135 @@
+//! What the plugin reads back from disk and asks of mounted volumes
+//! (upstream `csi_plugin.go` `ConstructVolumeSpec`, `csi_metrics.go`,
+//! `expander.go`): volumes rebuilt from `vol_data.json` after a kubelet
+//! restart, `NodeGetVolumeStats`, and `NodeExpandVolume`.
+
+use std::path::PathBuf;
+
+use crate::client::{VolumeStats, csi_access_mode, volume_capability};
+use crate::paths::{keys, load_volume_data};
+use crate::plugin::{CsiPlugin, LIFECYCLE_PERSISTENT};
+use crate::{Error, Result, pb};
+
+/// A pod's CSI volume found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconstructedVolume {
+    /// The spec name (PV name or pod volume name).
+    pub spec_name: String,
+    /// The CSI driver.
+    pub driver: String,
+    /// The volume handle.
+    pub volume_handle: String,
+    /// `Persistent` or `Ephemeral`.
+    pub lifecycle_mode: String,
+    /// The VolumeAttachment name recorded at publish.
+    pub attachment_id: String,
+    /// The publish target.
+    pub target: PathBuf,
+    /// Whether something is mounted on the target now.
+    pub mounted: bool,
+}
+
+impl CsiPlugin {
+    /// The CSI volumes of pod `pod_uid` on disk, from each volume's
+    /// `vol_data.json`; a directory without a readable file is skipped
+    /// (and logged), as upstream's reconstruction does.
+    pub async fn reconstruct(&self, pod_uid: &str) -> Result<Vec<ReconstructedVolume>> {
+        let dir = self.layout.pod_csi_dir(pod_uid);
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("failed to read", dir)(e)),
+        };
+        let mut out = Vec::new();
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(Error::io("failed to read", &dir))?
+        {
+            let vol_dir = entry.path();
+            let data = match load_volume_data(&vol_dir).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(dir = %vol_dir.display(), error = %e, "Skipping CSI volume without volume data");
+                    continue;
+                }
+            };
+            let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+            let target = vol_dir.join("mount");
+            let mounted = kubelet_volume::mount::is_mount_point(&target).await?;
+            let mode = get(keys::VOLUME_LIFECYCLE_MODE);
+            out.push(ReconstructedVolume {
+                spec_name: get(keys::SPEC_VOL_ID),
+                driver: get(keys::DRIVER_NAME),
+                volume_handle: get(keys::VOLUME_HANDLE),
+                lifecycle_mode: if mode.is_empty() { LIFECYCLE_PERSISTENT.into() } else { mode },
+                attachment_id: get(keys::ATTACHMENT_ID),
+                target,
+                mounted,
+            });
+        }
+        out.sort_by(|a, b| a.spec_name.cmp(&b.spec_name));
+        Ok(out)
+    }
+
+    /// Usage of the filesystem volume `spec_name` of pod `pod_uid` from the
+    /// driver (`NodeGetVolumeStats`); `None` when the driver lacks
+    /// `GET_VOLUME_STATS` (upstream then reports no metrics).
+    pub async fn volume_stats(&self, pod_uid: &str, spec_name: &str) -> Result<Option<VolumeStats>> {
+        let data = load_volume_data(&self.layout.pod_volume_dir(pod_uid, spec_name)).await?;
+        let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+        let (driver, handle) = (get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE));
+        let client = self.client(&driver).await?;
+        let caps = client.node_capabilities(self.timeouts.probe).await?;
+        if !caps.get_volume_stats {
+            return Ok(None);
+        }
+        let staging = (caps.stage_unstage && get(keys::VOLUME_LIFECYCLE_MODE) != crate::plugin::LIFECYCLE_EPHEMERAL)
+            .then(|| self.layout.device_mount_path(&driver, &handle));
+        let target = self.layout.target_path(pod_uid, spec_name);
+        let stats = client
+            .node_volume_stats(&handle, &target, staging.as_deref(), self.timeouts.probe)
+            .await?;
+        Ok(Some(stats))
+    }
+
+    /// Grows the filesystem of a published volume to `new_size` bytes
+    /// (`NodeExpandVolume`); `None` when the driver lacks `EXPAND_VOLUME`
+    /// (the resize needs no node step). Returns the driver's new capacity.
+    pub async fn expand(
+        &self,
+        pod_uid: &str,
+        spec_name: &str,
+        new_size: i64,
+        fs_type: &str,
+        access_mode: &str,
+    ) -> Result<Option<i64>> {
+        let data = load_volume_data(&self.layout.pod_volume_dir(pod_uid, spec_name)).await?;
+        let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+        let (driver, handle) = (get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE));
+        let client = self.client(&driver).await?;
+        let caps = client.node_capabilities(self.timeouts.probe).await?;
+        if !caps.expand_volume {
+            return Ok(None);
+        }
+        let staging = caps.stage_unstage.then(|| self.layout.device_mount_path(&driver, &handle));
+        let req = pb::NodeExpandVolumeRequest {
+            volume_id: handle,
+            volume_path: self.layout.target_path(pod_uid, spec_name).to_string_lossy().into_owned(),
+            capacity_range: Some(pb::CapacityRange { required_bytes: new_size, limit_bytes: 0 }),
+            staging_target_path: staging.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            volume_capability: Some(volume_capability(
+                csi_access_mode(access_mode, caps.single_node_multi_writer),
+                fs_type,
+                &[],
+                None,
+            )),
+            secrets: Default::default(),
+        };
+        client
+            .node_expand(req, self.timeouts.operation)
+            .await
+            .map(Some)
+            .map_err(|e| e.phase("MountVolume.NodeExpandVolume", spec_name))
+    }
+}
