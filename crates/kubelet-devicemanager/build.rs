@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // Test servers implement only the methods they need.
         .generate_default_stubs(true)
+        // Deterministic encoding of envs and annotations: the checkpoint stores
+        // the encoded AllocateResponse and its checksum must be stable.
+        .btree_map(".")
         .compile_with_config(config, &[proto], &[root])?;
     Ok(())
 }

@@ -1,0 +1,130 @@
+//! The `Registration` service on `<root-dir>/device-plugins/kubelet.sock`
+//! (upstream `plugin/v1beta1/server.go`): checks the plugin's version and
+//! resource name, then connects to the plugin before answering, so a
+//! plugin whose `Register` succeeded is already being watched.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::checkpoint::CHECKPOINT_NAME;
+use crate::error::{DeviceManagerError, Result};
+use crate::manager::DeviceManager;
+use crate::resource_name::is_extended_resource_name;
+use crate::v1beta1::registration_server::{Registration, RegistrationServer};
+use crate::v1beta1::{Empty, RegisterRequest, SUPPORTED_VERSIONS};
+
+/// Checks a `Register` request (version, then resource name), as upstream.
+pub(crate) fn validate_register(version: &str, resource: &str) -> Result<()> {
+    if !SUPPORTED_VERSIONS.contains(&version) {
+        return Err(DeviceManagerError::UnsupportedVersion {
+            version: version.to_string(),
+            supported: SUPPORTED_VERSIONS.iter().map(|s| s.to_string()).collect(),
+        });
+    }
+    if !is_extended_resource_name(resource) {
+        return Err(DeviceManagerError::InvalidResourceName(
+            resource.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+struct RegistrationService {
+    manager: DeviceManager,
+}
+
+#[tonic::async_trait]
+impl Registration for RegistrationService {
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> std::result::Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        tracing::info!(resource = %r.resource_name, version = %r.version, endpoint = %r.endpoint,
+            "Got registration request from device plugin with resource");
+        if let Err(e) = validate_register(&r.version, &r.resource_name) {
+            tracing::info!(resource = %r.resource_name, error = %e, "Bad registration request from device plugin");
+            return Err(Status::unknown(e.to_string()));
+        }
+        let socket = self.manager.socket_dir().join(&r.endpoint);
+        if let Err(e) = self.manager.connect_plugin(&r.resource_name, &socket).await {
+            tracing::info!(resource = %r.resource_name, error = %e, "Error connecting to device plugin client");
+            return Err(Status::unknown(e.to_string()));
+        }
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// Removes the sockets in `dir` other than the checkpoint (upstream
+/// `CleanupPluginDirectory`): plugins of an earlier kubelet must register again.
+async fn cleanup_plugin_directory(dir: &Path) -> Result<()> {
+    let serve_err = |source| DeviceManagerError::Serve {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut rd = tokio::fs::read_dir(dir).await.map_err(serve_err)?;
+    while let Some(entry) = rd.next_entry().await.map_err(serve_err)? {
+        if entry.file_name() == CHECKPOINT_NAME {
+            continue;
+        }
+        let path = entry.path();
+        match tokio::fs::metadata(&path).await {
+            Ok(md) if md.file_type().is_socket() => {
+                if let Err(error) = tokio::fs::remove_file(&path).await {
+                    tracing::error!(%error, path = %path.display(), "Failed to remove file");
+                } else {
+                    tracing::info!(path = %path.display(), "Removed stale device plugin socket");
+                }
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, path = %path.display(), "Failed to stat file"),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the directory, cleans stale sockets, binds the registration
+/// socket and serves it until the manager stops.
+pub(crate) async fn start(manager: DeviceManager) -> Result<()> {
+    let dir = manager.socket_dir().to_path_buf();
+    let socket = manager.socket_path();
+    let serve_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DeviceManagerError::Serve { path, source }
+    };
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(serve_err(&dir))?;
+    if let Err(error) =
+        tokio::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).await
+    {
+        tracing::warn!(%error, dir = %dir.display(), "Could not set the device plugin directory's mode");
+    }
+    cleanup_plugin_directory(&dir).await?;
+    match tokio::fs::remove_file(&socket).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(serve_err(&socket)(e)),
+    }
+    let listener = UnixListener::bind(&socket).map_err(serve_err(&socket))?;
+    tracing::info!(socket = %socket.display(), "Started device plugin registration server");
+    let shutdown = manager.inner.shutdown.clone();
+    let svc = RegistrationServer::new(RegistrationService { manager });
+    tokio::spawn(async move {
+        let res = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(
+                UnixListenerStream::new(listener),
+                shutdown.cancelled_owned(),
+            )
+            .await;
+        if let Err(error) = res {
+            tracing::error!(%error, "Error while serving device plugin registration grpc server");
+        }
+    });
+    Ok(())
+}
