@@ -117,7 +117,8 @@ impl From<bool> for Decision {
 /// rights, and for kubelets the Node authorizer (upstream
 /// `plugin/pkg/auth/authorizer/node`), whose secrets, configmaps, claims,
 /// volumes and service account tokens are reached through the pods bound to
-/// the node in `store` ([`crate::graph`]).
+/// the node in `store` ([`crate::graph`]); a VolumeAttachment is reached
+/// when its `spec.nodeName` is the node, a CSINode by its name.
 pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decision {
     if who.in_group("system:masters") {
         return Decision::Allow;
@@ -135,6 +136,8 @@ pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decisi
         }
         let ok = if resource == "persistentvolumes" {
             graph::node_reaches_pv(store, node, what.name)
+        } else if resource == "volumeattachments" {
+            graph::node_reaches_va(store, node, what.name)
         } else {
             graph::node_reaches(store, node, resource, what.namespace, what.name)
         };
@@ -158,7 +161,7 @@ pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decisi
                 related(what.resource)
             }
         }
-        "persistentvolumeclaims" | "persistentvolumes" => {
+        "persistentvolumeclaims" | "persistentvolumes" | "volumeattachments" => {
             if what.verb != "get" {
                 Decision::deny("can only get individual resources of this type")
             } else if !what.subresource.is_empty() {
@@ -185,6 +188,21 @@ pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decisi
         "pods" => (read || matches!(what.verb, "create" | "delete" | "update" | "patch")).into(),
         "events" => matches!(what.verb, "create" | "update" | "patch").into(),
         "services" => read.into(),
+        // The Node authorizer's `authorizeCSINode`: a node reads and writes
+        // only its own CSINode (its creation is checked by NodeRestriction).
+        "csinodes" => {
+            if !matches!(what.verb, "get" | "create" | "update" | "patch" | "delete") {
+                Decision::deny("can only get, create, update, patch, or delete a CSINode")
+            } else if !what.subresource.is_empty() {
+                Decision::deny("cannot authorize CSINode subresources")
+            } else if what.verb != "create" && what.name != node {
+                Decision::deny("can only access CSINode with the same name as the requesting node")
+            } else {
+                Decision::Allow
+            }
+        }
+        // `system:node` may get, list and watch CSIDrivers (NodeRules).
+        "csidrivers" => read.into(),
         // `system:node` may read RuntimeClasses (upstream's node ClusterRole).
         "runtimeclasses" => read.into(),
         "tokenreviews" | "subjectaccessreviews" => (what.verb == "create").into(),

@@ -63,6 +63,8 @@ pub enum ErrorType {
     NotFound(BadValue),
     /// `Forbidden`.
     Forbidden,
+    /// `Too long` (the value is not printed).
+    TooLong,
 }
 
 /// One validation error (upstream `field.Error`).
@@ -120,11 +122,17 @@ impl FieldError {
         Self::new(field, ErrorType::Forbidden, detail)
     }
 
+    /// `field.TooLong` with the detail the release words (`max` bytes).
+    pub fn too_long(field: &str, detail: impl Into<String>) -> Self {
+        Self::new(field, ErrorType::TooLong, detail)
+    }
+
     /// The message without the field (upstream `ErrorBody`).
     pub fn body(&self) -> String {
         let mut s = match &self.kind {
             ErrorType::Required => "Required value".to_string(),
             ErrorType::Forbidden => "Forbidden".to_string(),
+            ErrorType::TooLong => "Too long".to_string(),
             ErrorType::Invalid(v) => format!("Invalid value: {v}"),
             ErrorType::NotSupported(v) => format!("Unsupported value: {v}"),
             ErrorType::Duplicate(v) => format!("Duplicate value: {v}"),
@@ -142,6 +150,7 @@ impl FieldError {
         match self.kind {
             ErrorType::Required => "FieldValueRequired",
             ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::TooLong => "FieldValueTooLong",
             ErrorType::Invalid(_) => "FieldValueInvalid",
             ErrorType::NotSupported(_) => "FieldValueNotSupported",
             ErrorType::Duplicate(_) => "FieldValueDuplicate",

@@ -3,7 +3,9 @@
 //! of `pkg/api/v1/pod/util.go`, `VisitPodSecretNames` /
 //! `VisitPodConfigmapNames`): which secrets, configmaps, persistent volume
 //! claims, persistent volumes and service accounts a node reaches through
-//! the pods bound to it. The double computes the edges from the store on
+//! the pods bound to it, the secrets CSI persistent volumes name
+//! (`VisitPVSecretNames`), and the VolumeAttachments for the node. The
+//! double computes the edges from the store on
 //! each request instead of keeping an incremental graph.
 
 use std::collections::BTreeSet;
@@ -127,6 +129,9 @@ pub fn node_reaches(
     namespace: &str,
     name: &str,
 ) -> bool {
+    if resource == "secrets" && node_reaches_pv_secret(store, node, namespace, name) {
+        return true;
+    }
     pods_on(store, node, namespace).iter().any(|p| {
         let r = pod_refs(p);
         match resource {
@@ -136,6 +141,49 @@ pub fn node_reaches(
             "serviceaccounts" => r.service_account == name,
             _ => false,
         }
+    })
+}
+
+/// Whether VolumeAttachment `name` is for `node` (upstream's graph edge
+/// from a VolumeAttachment to the node in its `spec.nodeName`).
+pub fn node_reaches_va(store: &Store, node: &str, name: &str) -> bool {
+    store
+        .get(&crate::store::Key {
+            resource: "volumeattachments".into(),
+            namespace: String::new(),
+            name: name.into(),
+        })
+        .is_some_and(|va| str_at(va, "/spec/nodeName") == Some(node))
+}
+
+/// The secrets a persistent volume names, as `(namespace, name)` (upstream
+/// `VisitPVSecretNames`, here for CSI volumes: the controller publish,
+/// node stage, node publish, controller expand and node expand secrets).
+pub fn pv_secrets(pv: &Value) -> Vec<(String, String)> {
+    [
+        "controllerPublishSecretRef",
+        "nodeStageSecretRef",
+        "nodePublishSecretRef",
+        "controllerExpandSecretRef",
+        "nodeExpandSecretRef",
+    ]
+    .iter()
+    .filter_map(|r| {
+        let ns = str_at(pv, &format!("/spec/csi/{r}/namespace"))?;
+        let name = str_at(pv, &format!("/spec/csi/{r}/name"))?;
+        Some((ns.to_string(), name.to_string()))
+    })
+    .collect()
+}
+
+/// Whether a persistent volume that `node` reaches names secret
+/// `namespace/name` (node <- pod <- pvc <- pv <- secret).
+pub fn node_reaches_pv_secret(store: &Store, node: &str, namespace: &str, name: &str) -> bool {
+    store.list("persistentvolumes", None).iter().any(|pv| {
+        pv_secrets(pv)
+            .iter()
+            .any(|(ns, n)| ns == namespace && n == name)
+            && str_at(pv, "/metadata/name").is_some_and(|pv| node_reaches_pv(store, node, pv))
     })
 }
 

@@ -20,6 +20,10 @@
 //!   [`strategy::SERVICE_CIDR`]), ServiceAccount with the `token`
 //!   subresource (ES256 JWTs, [`token`]), PersistentVolume and
 //!   PersistentVolumeClaim ([`strategy`]);
+//! - `storage.k8s.io`: CSIDriver, CSINode, VolumeAttachment (with its
+//!   status subresource), StorageClass with each release's defaults and
+//!   validation ([`storage`]), CSIStorageCapacity and
+//!   VolumeAttributesClass stored as written;
 //! - what controllers publish: the system namespaces, the `kubernetes`
 //!   Service, each namespace's `default` ServiceAccount and
 //!   `kube-root-ca.crt` ConfigMap ([`controllers`]); a namespace is created
@@ -46,6 +50,7 @@ pub mod qos;
 pub mod quantity;
 pub mod rest;
 pub mod review;
+pub mod storage;
 pub mod store;
 pub mod strategy;
 pub mod token;

@@ -121,6 +121,68 @@ const KINDS: &[Kind] = &[
         kind: "RuntimeClass",
         namespaced: false,
     },
+    // storage.k8s.io (crate::storage); the v1beta1 forms share the v1
+    // objects, as the apiserver's storage versions do.
+    Kind {
+        resource: "csidrivers",
+        api_version: "storage.k8s.io/v1",
+        kind: "CSIDriver",
+        namespaced: false,
+    },
+    Kind {
+        resource: "csinodes",
+        api_version: "storage.k8s.io/v1",
+        kind: "CSINode",
+        namespaced: false,
+    },
+    Kind {
+        resource: "volumeattachments",
+        api_version: "storage.k8s.io/v1",
+        kind: "VolumeAttachment",
+        namespaced: false,
+    },
+    Kind {
+        resource: "storageclasses",
+        api_version: "storage.k8s.io/v1",
+        kind: "StorageClass",
+        namespaced: false,
+    },
+    Kind {
+        resource: "csistoragecapacities",
+        api_version: "storage.k8s.io/v1",
+        kind: "CSIStorageCapacity",
+        namespaced: true,
+    },
+    Kind {
+        resource: "volumeattributesclasses",
+        api_version: "storage.k8s.io/v1",
+        kind: "VolumeAttributesClass",
+        namespaced: false,
+    },
+    Kind {
+        resource: "csidrivers",
+        api_version: "storage.k8s.io/v1beta1",
+        kind: "CSIDriver",
+        namespaced: false,
+    },
+    Kind {
+        resource: "csinodes",
+        api_version: "storage.k8s.io/v1beta1",
+        kind: "CSINode",
+        namespaced: false,
+    },
+    Kind {
+        resource: "volumeattachments",
+        api_version: "storage.k8s.io/v1beta1",
+        kind: "VolumeAttachment",
+        namespaced: false,
+    },
+    Kind {
+        resource: "storageclasses",
+        api_version: "storage.k8s.io/v1beta1",
+        kind: "StorageClass",
+        namespaced: false,
+    },
     Kind {
         resource: "leases",
         api_version: "coordination.k8s.io/v1",

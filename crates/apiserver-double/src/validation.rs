@@ -11,6 +11,7 @@
 
 mod container;
 mod ephemeral;
+pub mod storage;
 
 use std::collections::HashSet;
 

@@ -182,6 +182,97 @@ const TABLE: &[Served] = &[
         0,
         25
     ),
+    // storage.k8s.io: v1 of CSINode (GA 1.17), CSIDriver (GA 1.18),
+    // StorageClass and VolumeAttachment (1.13) in both releases;
+    // CSIStorageCapacity v1 from 1.24, VolumeAttributesClass v1 from 1.34.
+    // The v1beta1 forms of the first four were removed in 1.22
+    // (CHANGELOG-1.22); 1.19 serves both versions, v1 preferred.
+    served!("storage.k8s.io/v1", "csidrivers", "CSIDriver", false, CRUD),
+    served!("storage.k8s.io/v1", "csinodes", "CSINode", false, CRUD),
+    served!(
+        "storage.k8s.io/v1",
+        "csistoragecapacities",
+        "CSIStorageCapacity",
+        true,
+        CRUD,
+        24,
+        ALWAYS
+    ),
+    served!(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        CRUD
+    ),
+    served!(
+        "storage.k8s.io/v1",
+        "volumeattachments",
+        "VolumeAttachment",
+        false,
+        CRUD
+    ),
+    served!(
+        "storage.k8s.io/v1",
+        "volumeattachments/status",
+        "VolumeAttachment",
+        false,
+        SUB
+    ),
+    served!(
+        "storage.k8s.io/v1",
+        "volumeattributesclasses",
+        "VolumeAttributesClass",
+        false,
+        CRUD,
+        34,
+        ALWAYS
+    ),
+    served!(
+        "storage.k8s.io/v1beta1",
+        "csidrivers",
+        "CSIDriver",
+        false,
+        CRUD,
+        0,
+        22
+    ),
+    served!(
+        "storage.k8s.io/v1beta1",
+        "csinodes",
+        "CSINode",
+        false,
+        CRUD,
+        0,
+        22
+    ),
+    served!(
+        "storage.k8s.io/v1beta1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        CRUD,
+        0,
+        22
+    ),
+    served!(
+        "storage.k8s.io/v1beta1",
+        "volumeattachments",
+        "VolumeAttachment",
+        false,
+        CRUD,
+        0,
+        22
+    ),
+    served!(
+        "storage.k8s.io/v1beta1",
+        "volumeattachments/status",
+        "VolumeAttachment",
+        false,
+        SUB,
+        0,
+        22
+    ),
 ];
 
 fn in_profile(s: &Served, p: Profile) -> bool {
@@ -320,5 +411,65 @@ mod tests {
         assert!(serves(Profile::V1_35, "v1", "pods", "ephemeralcontainers"));
         assert!(serves(Profile::V1_19, "v1", "pods", "status"));
         assert!(!serves(Profile::V1_35, "v1", "pods", "nosuch"));
+    }
+
+    #[test]
+    fn storage_versions_follow_the_release() {
+        let v19 = group_versions(Profile::V1_19);
+        let v35 = group_versions(Profile::V1_35);
+        assert!(v19.contains(&"storage.k8s.io/v1") && v19.contains(&"storage.k8s.io/v1beta1"));
+        assert!(v35.contains(&"storage.k8s.io/v1") && !v35.contains(&"storage.k8s.io/v1beta1"));
+        for p in Profile::ALL {
+            assert!(serves(
+                p,
+                "storage.k8s.io/v1",
+                "volumeattachments",
+                "status"
+            ));
+            assert!(serves(p, "storage.k8s.io/v1", "csinodes", ""));
+            assert!(!serves(p, "storage.k8s.io/v1", "csinodes", "status"));
+        }
+        assert!(!serves(
+            Profile::V1_19,
+            "storage.k8s.io/v1",
+            "csistoragecapacities",
+            ""
+        ));
+        assert!(serves(
+            Profile::V1_35,
+            "storage.k8s.io/v1",
+            "volumeattributesclasses",
+            ""
+        ));
+        let names = |p| -> Vec<String> {
+            resource_list(p, "storage.k8s.io/v1")["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        assert_eq!(
+            names(Profile::V1_19),
+            [
+                "csidrivers",
+                "csinodes",
+                "storageclasses",
+                "volumeattachments",
+                "volumeattachments/status"
+            ]
+        );
+        assert_eq!(
+            names(Profile::V1_35),
+            [
+                "csidrivers",
+                "csinodes",
+                "csistoragecapacities",
+                "storageclasses",
+                "volumeattachments",
+                "volumeattachments/status",
+                "volumeattributesclasses"
+            ]
+        );
     }
 }

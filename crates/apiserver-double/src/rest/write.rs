@@ -65,6 +65,9 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
     {
         return r;
     }
+    if let Err(msg) = crate::storage::admit_create(who, t.kind.resource, &name) {
+        return status(StatusCode::FORBIDDEN, "Forbidden", &msg);
+    }
     if let Some(node) = who.node_name()
         && t.kind.resource == "pods"
     {
@@ -140,6 +143,12 @@ pub(super) fn create(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -
         "nodes" => {
             obj.as_object_mut()
                 .map(|o| o.entry("status").or_insert(json!({})));
+        }
+        storage if crate::storage::is_storage(storage) => {
+            if let Err(errs) = crate::storage::on_create(shared.options.profile, storage, &mut obj)
+            {
+                return invalid_fields(t, &name, &errs);
+            }
         }
         other => {
             if let Err(errs) = crate::strategy::on_create(other, &store, &mut obj) {
@@ -251,6 +260,7 @@ fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
             | "persistentvolumeclaims"
             | "persistentvolumes"
             | "namespaces"
+            | "volumeattachments"
     );
     match t.sub.as_str() {
         "ephemeralcontainers" if t.kind.resource == "pods" => {
@@ -317,6 +327,12 @@ fn finish_write(
     }
     if t.sub.is_empty()
         && let Err(errs) = crate::strategy::on_update(t.kind.resource, old, &mut new)
+    {
+        return Some(invalid_fields(t, &t.name, &errs));
+    }
+    if t.sub.is_empty()
+        && let Err(errs) =
+            crate::storage::on_update(shared.options.profile, t.kind.resource, old, &mut new)
     {
         return Some(invalid_fields(t, &t.name, &errs));
     }
