@@ -5,6 +5,7 @@
 //! through the provider traits, rate limited as upstream.
 
 mod error;
+mod metrics;
 mod providers;
 mod ratelimit;
 mod serve;
@@ -14,6 +15,7 @@ mod server;
 mod tests;
 
 pub use error::Error;
+pub use metrics::{ApiMethod, NoMetrics, PodResourcesMetrics};
 pub use providers::{
     CpusProvider, DevicesProvider, MemoryProvider, NoCpus, NoDevices, NoMemory, PodInfo,
     PodResourcesProviders, PodsProvider,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
+use crate::metrics::{ApiMethod, NoMetrics, PodResourcesMetrics};
 use crate::pb::pod_resources_lister_server::PodResourcesLister;
 use crate::pb::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerResources,
@@ -21,6 +22,7 @@ use crate::ratelimit::{LIMIT_EXCEEDED, RateLimit};
 pub struct PodResourcesServer {
     providers: PodResourcesProviders,
     limit: Arc<RateLimit>,
+    metrics: Arc<dyn PodResourcesMetrics>,
 }
 
 impl PodResourcesServer {
@@ -30,11 +32,20 @@ impl PodResourcesServer {
         Self {
             providers,
             limit: Arc::new(limit),
+            metrics: Arc::new(NoMetrics),
         }
     }
 
-    fn admit(&self) -> Result<(), Status> {
+    /// Counts requests in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<dyn PodResourcesMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    fn admit(&self, method: ApiMethod) -> Result<(), Status> {
         if self.limit.allow() {
+            self.metrics.request(method);
             Ok(())
         } else {
             debug!("Pod resources request rejected by rate limit");
@@ -68,7 +79,7 @@ impl PodResourcesLister for PodResourcesServer {
         &self,
         _: Request<ListPodResourcesRequest>,
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        self.admit()?;
+        self.admit(ApiMethod::List)?;
         let pods = self.providers.pods.active_pods();
         self.providers.devices.update_allocated_devices();
         let pod_resources = pods.iter().map(|pod| self.pod_resources(pod)).collect();
@@ -79,7 +90,7 @@ impl PodResourcesLister for PodResourcesServer {
         &self,
         _: Request<AllocatableResourcesRequest>,
     ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        self.admit()?;
+        self.admit(ApiMethod::GetAllocatable)?;
         let p = &self.providers;
         Ok(Response::new(AllocatableResourcesResponse {
             devices: p.devices.allocatable_devices(),
@@ -92,13 +103,14 @@ impl PodResourcesLister for PodResourcesServer {
         &self,
         request: Request<GetPodResourcesRequest>,
     ) -> Result<Response<GetPodResourcesResponse>, Status> {
-        self.admit()?;
+        self.admit(ApiMethod::Get)?;
         let req = request.into_inner();
         let Some(pod) = self
             .providers
             .pods
             .pod_by_name(&req.pod_namespace, &req.pod_name)
         else {
+            self.metrics.error(ApiMethod::Get);
             // Upstream returns a plain Go error, which gRPC sends as Unknown.
             return Err(Status::unknown(format!(
                 "pod {} in namespace {} not found",

@@ -18,8 +18,8 @@ use crate::pb::{
     ListPodResourcesRequest, NumaNode, TopologyInfo,
 };
 use crate::{
-    CpusProvider, DevicesProvider, MemoryProvider, PodInfo, PodResourcesProviders,
-    PodResourcesServer, PodsProvider, RateLimit, bind, serve, socket_path,
+    ApiMethod, CpusProvider, DevicesProvider, MemoryProvider, PodInfo, PodResourcesMetrics,
+    PodResourcesProviders, PodResourcesServer, PodsProvider, RateLimit, bind, serve, socket_path,
 };
 
 struct FakePods(Vec<PodInfo>, Vec<PodInfo>);
@@ -98,6 +98,20 @@ impl MemoryProvider for FakeMemory {
     }
 }
 
+#[derive(Default)]
+struct FakeMetrics {
+    counts: parking_lot::Mutex<Vec<(&'static str, ApiMethod)>>,
+}
+
+impl PodResourcesMetrics for FakeMetrics {
+    fn request(&self, method: ApiMethod) {
+        self.counts.lock().push(("request", method));
+    }
+    fn error(&self, method: ApiMethod) {
+        self.counts.lock().push(("error", method));
+    }
+}
+
 fn pod(uid: &str, ns: &str, name: &str, containers: &[&str]) -> PodInfo {
     PodInfo {
         uid: uid.into(),
@@ -122,6 +136,7 @@ async fn client(socket: &Path) -> PodResourcesListerClient<Channel> {
 struct Served {
     client: PodResourcesListerClient<Channel>,
     devices: Arc<FakeDevices>,
+    metrics: Arc<FakeMetrics>,
     stop: CancellationToken,
     _tmp: tempfile::TempDir,
 }
@@ -157,14 +172,13 @@ async fn start(limit: RateLimit) -> Served {
     };
     let listener = bind(&socket).await.expect("bind");
     let stop = CancellationToken::new();
-    tokio::spawn(serve(
-        listener,
-        PodResourcesServer::new(providers, limit),
-        stop.clone(),
-    ));
+    let metrics = Arc::new(FakeMetrics::default());
+    let server = PodResourcesServer::new(providers, limit).with_metrics(metrics.clone());
+    tokio::spawn(serve(listener, server, stop.clone()));
     Served {
         client: client(&socket).await,
         devices,
+        metrics,
         stop,
         _tmp: tmp,
     }
@@ -280,5 +294,10 @@ async fn requests_beyond_the_burst_are_rejected_by_the_rate_limit() {
         .expect_err("beyond the burst");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
     assert_eq!(refused.message(), "rejected by rate limit");
+    // The refused request never reached a handler.
+    assert_eq!(
+        *s.metrics.counts.lock(),
+        vec![("request", ApiMethod::List); 3]
+    );
     s.stop.cancel();
 }
