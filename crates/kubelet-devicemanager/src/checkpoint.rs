@@ -109,20 +109,26 @@ fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum AnyDeviceIds {
-    PerNuma(BTreeMap<i64, Vec<String>>),
-    Flat(Vec<String>),
-    Null(()),
-}
-
 fn de_device_ids<'de, D: Deserializer<'de>>(d: D) -> Result<DevicesPerNuma, D::Error> {
-    Ok(match AnyDeviceIds::deserialize(d)? {
-        AnyDeviceIds::PerNuma(m) => m,
-        AnyDeviceIds::Flat(ids) => BTreeMap::from([(NODE_WITHOUT_TOPOLOGY, ids)]),
-        AnyDeviceIds::Null(()) => BTreeMap::new(),
-    })
+    use serde::de::Error as _;
+    let strings = |v: serde_json::Value| -> Result<Vec<String>, D::Error> {
+        serde_json::from_value(v).map_err(D::Error::custom)
+    };
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(BTreeMap::new()),
+        // Upstream's v1 layout: a flat list, no topology.
+        v @ serde_json::Value::Array(_) => Ok(BTreeMap::from([(NODE_WITHOUT_TOPOLOGY, strings(v)?)])),
+        serde_json::Value::Object(m) => m
+            .into_iter()
+            .map(|(k, v)| {
+                let numa = k
+                    .parse::<i64>()
+                    .map_err(|_| D::Error::custom(format!("NUMA node id {k:?} is not an integer")))?;
+                Ok((numa, strings(v)?))
+            })
+            .collect(),
+        other => Err(D::Error::custom(format!("DeviceIDs must be an object or a list, not {other}"))),
+    }
 }
 
 /// Upstream's checksum of the data: FNV-32a over the text spew's `%#v`

@@ -1,1 +1,5 @@
-//! Tests.
+//! Tests of the device manager against fake device plugins serving the
+//! generated `DevicePlugin` service on real unix sockets in a tempdir.
+
+mod fake_plugin;
+mod manager_tests;
