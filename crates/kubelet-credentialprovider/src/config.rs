@@ -124,14 +124,18 @@ struct WireProvider {
 
 /// Reads the config at `path`: a file, or a directory of them (upstream
 /// `readCredentialProviderConfig`).
-pub async fn read_credential_provider_config(path: &Path) -> Result<CredentialProviderConfig, Error> {
+pub async fn read_credential_provider_config(
+    path: &Path,
+) -> Result<CredentialProviderConfig, Error> {
     if path.as_os_str().is_empty() {
         return Err(Error::ConfigPathEmpty);
     }
-    let meta = tokio::fs::metadata(path).await.map_err(|source| Error::Access {
-        path: path.into(),
-        source,
-    })?;
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|source| Error::Access {
+            path: path.into(),
+            source,
+        })?;
     let mut files: Vec<PathBuf> = Vec::new();
     if meta.is_dir() {
         let read_dir = |source| Error::ReadDir {
@@ -157,10 +161,12 @@ pub async fn read_credential_provider_config(path: &Path) -> Result<CredentialPr
     let mut merged = CredentialProviderConfig::default();
     let mut names = HashSet::new();
     for f in files {
-        let data = tokio::fs::read(&f).await.map_err(|source| Error::ReadFile {
-            path: f.clone(),
-            source,
-        })?;
+        let data = tokio::fs::read(&f)
+            .await
+            .map_err(|source| Error::ReadFile {
+                path: f.clone(),
+                source,
+            })?;
         let cfg = decode(&data).map_err(|message| Error::Decode {
             path: f.clone(),
             message,
@@ -269,7 +275,10 @@ pub fn aggregate(errs: &[String]) -> String {
 pub fn validate(config: &CredentialProviderConfig, sa_tokens: bool) -> Vec<String> {
     let mut errs = Vec::new();
     if config.providers.is_empty() {
-        errs.push(required("providers", "at least 1 item in plugins is required"));
+        errs.push(required(
+            "providers",
+            "at least 1 item in plugins is required",
+        ));
     }
     let mut seen = HashSet::new();
     for p in &config.providers {

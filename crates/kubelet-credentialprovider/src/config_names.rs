@@ -12,8 +12,7 @@ fn name_ok(s: &str) -> bool {
     let edge = |c: &u8| c.is_ascii_alphanumeric();
     b.first().is_some_and(edge)
         && b.last().is_some_and(edge)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -22,8 +21,7 @@ fn dns_label_ok(s: &str) -> bool {
     let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     b.first().is_some_and(edge)
         && b.last().is_some_and(edge)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 

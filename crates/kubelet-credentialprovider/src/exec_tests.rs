@@ -1,0 +1,170 @@
+//! Tests of running a plugin binary: shell scripts in a temp dir.
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use crate::api::CacheKeyType;
+
+/// A plugin script `name` in `dir`.
+fn script(dir: &std::path::Path, name: &str, body: &str) -> ExecPlugin {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    ExecPlugin::new(
+        dir,
+        &CredentialProvider {
+            name: name.into(),
+            api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+            args: vec!["get-credentials".into()],
+            env: vec![ExecEnvVar {
+                name: "PLUGIN_MODE".into(),
+                value: "test".into(),
+            }],
+            ..Default::default()
+        },
+    )
+}
+
+const RESPONSE: &str = r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"5m","auth":{"reg.io":{"username":"u","password":"p"}}}"#;
+
+#[tokio::test]
+async fn the_request_goes_on_stdin_and_the_response_is_parsed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let seen = dir.path().join("seen");
+    let plugin = script(
+        dir.path(),
+        "answer",
+        &format!(
+            "cat > {seen}.stdin; echo \"$1 $PLUGIN_MODE ${{HOME:+home}}\" > {seen}.env\necho '{RESPONSE}'",
+            seen = seen.display()
+        ),
+    );
+    let annotations = BTreeMap::from([("example.com/role".to_string(), "puller".to_string())]);
+    let r = plugin
+        .exec_plugin("reg.io/app", "tok", &annotations)
+        .await
+        .expect("response");
+    assert_eq!(r.cache_key_type, Ok(CacheKeyType::Registry));
+    assert_eq!(r.cache_duration, Some(300_000_000_000));
+    assert_eq!(r.auth["reg.io"].username, "u");
+    assert_eq!(r.auth["reg.io"].password, "p");
+    let stdin: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(seen.with_extension("stdin")).expect("stdin"))
+            .expect("request json");
+    assert_eq!(
+        stdin,
+        serde_json::json!({
+            "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            "kind": "CredentialProviderRequest",
+            "image": "reg.io/app",
+            "serviceAccountToken": "tok",
+            "serviceAccountAnnotations": {"example.com/role": "puller"},
+        })
+    );
+    // The args, the provider's env and the kubelet's own environment.
+    let env = std::fs::read_to_string(seen.with_extension("env")).expect("env");
+    assert_eq!(env.trim(), "get-credentials test home");
+}
+
+#[tokio::test]
+async fn older_versions_get_no_token() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let seen = dir.path().join("seen");
+    let mut plugin = script(
+        dir.path(),
+        "beta",
+        &format!(
+            "cat > {}\necho '{}'",
+            seen.display(),
+            RESPONSE.replace("/v1\"", "/v1beta1\"")
+        ),
+    );
+    plugin.api_version = "credentialprovider.kubelet.k8s.io/v1beta1".into();
+    plugin
+        .exec_plugin("reg.io/app", "tok", &BTreeMap::new())
+        .await
+        .expect("response");
+    let stdin: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&seen).expect("stdin")).expect("json");
+    assert_eq!(
+        stdin,
+        serde_json::json!({
+            "apiVersion": "credentialprovider.kubelet.k8s.io/v1beta1",
+            "kind": "CredentialProviderRequest",
+            "image": "reg.io/app",
+        })
+    );
+}
+
+#[tokio::test]
+async fn wrong_answers_are_rejected_with_upstream_s_words() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let none = BTreeMap::new();
+    let other_version = script(
+        dir.path(),
+        "alpha",
+        &format!("echo '{}'", RESPONSE.replace("/v1\"", "/v1alpha1\"")),
+    );
+    let e = other_version
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("version");
+    assert_eq!(
+        e.to_string(),
+        "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1alpha1"
+    );
+    let extra = script(
+        dir.path(),
+        "extra",
+        &format!(
+            "echo '{}'",
+            RESPONSE.replace("\"auth\"", "\"secret\":1,\"auth\"")
+        ),
+    );
+    let e = extra
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("strict");
+    assert_eq!(
+        e.to_string(),
+        "error decoding credential provider plugin response from stdout"
+    );
+    let garbage = script(dir.path(), "garbage", "echo not json");
+    let e = garbage
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("gvk");
+    assert!(
+        e.to_string()
+            .starts_with("error reading GVK from response: "),
+        "{e}"
+    );
+    let failing = script(dir.path(), "failing", "echo 'no registry' >&2; exit 3");
+    let e = failing
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("exit");
+    assert_eq!(
+        e.to_string(),
+        "error execing credential provider plugin failing for image reg.io/app: exit status 3: no registry\n"
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_plugin_is_killed_at_its_deadline() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut plugin = script(dir.path(), "hang", "exec sleep 600");
+    plugin.timeout = Duration::from_millis(300);
+    let started = tokio::time::Instant::now();
+    let e = plugin
+        .exec_plugin("reg.io/app", "", &BTreeMap::new())
+        .await
+        .expect_err("deadline");
+    assert_eq!(
+        e.to_string(),
+        "error execing credential provider plugin hang for image reg.io/app: context deadline exceeded: "
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "not the sleep's end"
+    );
+}

@@ -17,11 +17,10 @@ pub mod providers;
 pub mod serviceaccount;
 
 pub use config::{CredentialProvider, CredentialProviderConfig, read_credential_provider_config};
-pub use serviceaccount::{ServiceAccountData, ServiceAccountTokens, TokenSourceError};
 pub use providers::{
-    PluginProviders, RegisterOptions, register_credential_provider_plugins,
-    register_from_flags,
+    PluginProviders, RegisterOptions, register_credential_provider_plugins, register_from_flags,
 };
+pub use serviceaccount::{ServiceAccountData, ServiceAccountTokens, TokenSourceError};
 
 use std::path::PathBuf;
 

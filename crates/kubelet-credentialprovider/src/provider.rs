@@ -159,7 +159,9 @@ impl PluginProvider {
                 (loc.clone(), entry)
             })
             .collect();
-        let ttl = response.cache_duration.unwrap_or(self.default_cache_duration);
+        let ttl = response
+            .cache_duration
+            .unwrap_or(self.default_cache_duration);
         if ttl > 0 {
             let expires_at = Instant::now() + duration::to_std(ttl);
             let key = key_of([base, grant.cache_key.as_str()]);

@@ -98,7 +98,12 @@ pub async fn register_credential_provider_plugins(
         let shown = bin.display().to_string();
         match tokio::fs::metadata(&bin).await {
             Err(source) if stat_error(&source) => return Err(Error::BinMissing(shown)),
-            Err(source) => return Err(Error::BinInspect { path: shown, source }),
+            Err(source) => {
+                return Err(Error::BinInspect {
+                    path: shown,
+                    source,
+                });
+            }
             Ok(m) if m.is_dir() => return Err(Error::BinMissing(shown)),
             Ok(_) => {}
         }
@@ -146,4 +151,71 @@ pub async fn register_from_flags(
     )
     .await?;
     Ok(Some(Arc::new(providers)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    const CONFIG: &str = r#"{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig",
+        "providers":[{"name":"NAME","matchImages":["127.0.0.1:5001"],"defaultCacheDuration":"1m",
+        "apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}"#;
+
+    #[tokio::test]
+    async fn registration_needs_the_bin_dir_each_binary_and_a_valid_config() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = dir.path().join("config.json");
+        std::fs::write(&config, CONFIG.replace("NAME", "creds")).expect("write");
+        let bin = dir.path().join("bin");
+        let opts = RegisterOptions::default;
+        let e = register_credential_provider_plugins(&config, &bin, opts())
+            .await
+            .expect_err("no bin dir");
+        assert_eq!(
+            e.to_string(),
+            format!("plugin binary directory {} did not exist", bin.display())
+        );
+        std::fs::create_dir(&bin).expect("mkdir");
+        let e = register_credential_provider_plugins(&config, &bin, opts())
+            .await
+            .expect_err("no binary");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "plugin binary executable {} did not exist",
+                bin.join("creds").display()
+            )
+        );
+        let plugin = bin.join("creds");
+        std::fs::write(&plugin, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let providers = register_credential_provider_plugins(&config, &bin, opts())
+            .await
+            .expect("registered");
+        assert_eq!(providers.names(), ["creds"]);
+
+        std::fs::write(&config, CONFIG.replace("NAME", "../creds")).expect("write");
+        let e = register_credential_provider_plugins(&config, &bin, opts())
+            .await
+            .expect_err("invalid");
+        assert_eq!(
+            e.to_string(),
+            "failed to validate credential provider config: providers.name: Invalid value: \"../creds\": provider name cannot contain '/'"
+        );
+    }
+
+    #[tokio::test]
+    async fn flags_unset_register_nothing_and_one_flag_alone_fails() {
+        let none = register_from_flags(None, None, RegisterOptions::default())
+            .await
+            .expect("nothing to do");
+        assert!(none.is_none());
+        let dir = tempfile::tempdir().expect("tmp");
+        let e = register_from_flags(None, Some(dir.path()), RegisterOptions::default())
+            .await
+            .expect_err("config missing");
+        assert_eq!(e.to_string(), "credential provider config path is empty");
+    }
 }

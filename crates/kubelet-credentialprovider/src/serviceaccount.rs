@@ -126,14 +126,15 @@ impl ServiceAccountMode {
                 source: Box::new(NoTokenSource),
             });
         };
-        let data = tokens
-            .service_account(ns, sa)
-            .await
-            .map_err(|source| Error::ServiceAccount {
-                namespace: ns.clone(),
-                name: sa.clone(),
-                source,
-            })?;
+        let data =
+            tokens
+                .service_account(ns, sa)
+                .await
+                .map_err(|source| Error::ServiceAccount {
+                    namespace: ns.clone(),
+                    name: sa.clone(),
+                    source,
+                })?;
         let mut annotations = BTreeMap::new();
         for k in &self.attrs.required_service_account_annotation_keys {
             let v = data
@@ -162,7 +163,9 @@ impl ServiceAccountMode {
                 source,
             })?;
         let token_hash = sha256_hex(&token);
-        let annotation_parts = annotations.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]);
+        let annotation_parts = annotations
+            .iter()
+            .flat_map(|(k, v)| [k.as_str(), v.as_str()]);
         let mut cache_parts: Vec<&str> = vec![ns, sa, &data.uid];
         cache_parts.extend(annotation_parts.clone());
         // The `Token` cache type keeps an answer only for the token it was
