@@ -54,7 +54,10 @@ pub async fn wait_for_attach(
             if let Some(va) = host.volume_attachment(&name).await?
                 && attachment_status(&va, volume_handle)?
             {
-                let context = va.status.and_then(|s| s.attachment_metadata).unwrap_or_default();
+                let context = va
+                    .status
+                    .and_then(|s| s.attachment_metadata)
+                    .unwrap_or_default();
                 return Ok(context);
             }
             tokio::time::sleep(poll).await;

@@ -92,7 +92,9 @@ pub fn volume_capability(
     };
     VolumeCapability {
         access_type: Some(access_type),
-        access_mode: Some(AccessMode { mode: access_mode as i32 }),
+        access_mode: Some(AccessMode {
+            mode: access_mode as i32,
+        }),
     }
 }
 
@@ -105,7 +107,9 @@ async fn deadline<T>(
     match tokio::time::timeout(limit, call).await {
         Ok(Ok(resp)) => Ok(resp.into_inner()),
         Ok(Err(status)) => Err(Error::Grpc(status)),
-        Err(_) => Err(Error::Grpc(tonic::Status::deadline_exceeded("context deadline exceeded"))),
+        Err(_) => Err(Error::Grpc(tonic::Status::deadline_exceeded(
+            "context deadline exceeded",
+        ))),
     }
 }
 
@@ -129,7 +133,10 @@ impl CsiClient {
         let channel = match tokio::time::timeout(limit, connect).await {
             Ok(Ok(channel)) => channel,
             Ok(Err(source)) => {
-                return Err(Error::Dial { endpoint: endpoint.to_path_buf(), source });
+                return Err(Error::Dial {
+                    endpoint: endpoint.to_path_buf(),
+                    source,
+                });
             }
             Err(_) => {
                 return Err(Error::Grpc(tonic::Status::deadline_exceeded(
@@ -137,7 +144,10 @@ impl CsiClient {
                 )));
             }
         };
-        Ok(Self { endpoint: endpoint.to_path_buf(), node: NodeClient::new(channel) })
+        Ok(Self {
+            endpoint: endpoint.to_path_buf(),
+            node: NodeClient::new(channel),
+        })
     }
 
     /// The socket this client talks to.
@@ -162,7 +172,11 @@ impl CsiClient {
     /// `NodeGetCapabilities`, reduced to the ones the kubelet acts on.
     pub async fn node_capabilities(&self, limit: Duration) -> Result<NodeCapabilities> {
         let mut c = self.node.clone();
-        let r = deadline(limit, c.node_get_capabilities(pb::NodeGetCapabilitiesRequest {})).await?;
+        let r = deadline(
+            limit,
+            c.node_get_capabilities(pb::NodeGetCapabilitiesRequest {}),
+        )
+        .await?;
         let mut caps = NodeCapabilities::default();
         for cap in r.capabilities {
             let Some(pb::node_service_capability::Type::Rpc(rpc)) = cap.r#type else {
@@ -194,17 +208,28 @@ impl CsiClient {
     }
 
     /// `NodeUnstageVolume`.
-    pub async fn node_unstage(&self, volume_id: &str, staging: &Path, limit: Duration) -> Result<()> {
+    pub async fn node_unstage(
+        &self,
+        volume_id: &str,
+        staging: &Path,
+        limit: Duration,
+    ) -> Result<()> {
         let mut c = self.node.clone();
         let req = pb::NodeUnstageVolumeRequest {
             volume_id: volume_id.to_string(),
             staging_target_path: staging.to_string_lossy().into_owned(),
         };
-        deadline(limit, c.node_unstage_volume(req)).await.map(|_| ())
+        deadline(limit, c.node_unstage_volume(req))
+            .await
+            .map(|_| ())
     }
 
     /// `NodePublishVolume`.
-    pub async fn node_publish(&self, req: pb::NodePublishVolumeRequest, limit: Duration) -> Result<()> {
+    pub async fn node_publish(
+        &self,
+        req: pb::NodePublishVolumeRequest,
+        limit: Duration,
+    ) -> Result<()> {
         if req.volume_id.is_empty() {
             return Err(Error::InvalidSpec("missing volume id".into()));
         }
@@ -212,17 +237,26 @@ impl CsiClient {
             return Err(Error::InvalidSpec("missing target path".into()));
         }
         let mut c = self.node.clone();
-        deadline(limit, c.node_publish_volume(req)).await.map(|_| ())
+        deadline(limit, c.node_publish_volume(req))
+            .await
+            .map(|_| ())
     }
 
     /// `NodeUnpublishVolume`.
-    pub async fn node_unpublish(&self, volume_id: &str, target: &Path, limit: Duration) -> Result<()> {
+    pub async fn node_unpublish(
+        &self,
+        volume_id: &str,
+        target: &Path,
+        limit: Duration,
+    ) -> Result<()> {
         let mut c = self.node.clone();
         let req = pb::NodeUnpublishVolumeRequest {
             volume_id: volume_id.to_string(),
             target_path: target.to_string_lossy().into_owned(),
         };
-        deadline(limit, c.node_unpublish_volume(req)).await.map(|_| ())
+        deadline(limit, c.node_unpublish_volume(req))
+            .await
+            .map(|_| ())
     }
 
     /// `NodeGetVolumeStats`.
@@ -237,7 +271,9 @@ impl CsiClient {
         let req = pb::NodeGetVolumeStatsRequest {
             volume_id: volume_id.to_string(),
             volume_path: volume_path.to_string_lossy().into_owned(),
-            staging_target_path: staging.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            staging_target_path: staging
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
         };
         let r = deadline(limit, c.node_get_volume_stats(req)).await?;
         let mut stats = VolumeStats::default();
@@ -254,9 +290,15 @@ impl CsiClient {
     }
 
     /// `NodeExpandVolume`; returns the new capacity in bytes.
-    pub async fn node_expand(&self, req: pb::NodeExpandVolumeRequest, limit: Duration) -> Result<i64> {
+    pub async fn node_expand(
+        &self,
+        req: pb::NodeExpandVolumeRequest,
+        limit: Duration,
+    ) -> Result<i64> {
         let mut c = self.node.clone();
-        deadline(limit, c.node_expand_volume(req)).await.map(|r| r.capacity_bytes)
+        deadline(limit, c.node_expand_volume(req))
+            .await
+            .map(|r| r.capacity_bytes)
     }
 }
 
@@ -272,21 +314,47 @@ mod tests {
 
     #[test]
     fn access_modes_map_as_upstream() {
-        assert_eq!(csi_access_mode("ReadWriteOnce", false), Mode::SingleNodeWriter);
-        assert_eq!(csi_access_mode("ReadWriteOnce", true), Mode::SingleNodeMultiWriter);
-        assert_eq!(csi_access_mode("ReadWriteOncePod", true), Mode::SingleNodeSingleWriter);
-        assert_eq!(csi_access_mode("ReadOnlyMany", false), Mode::MultiNodeReaderOnly);
-        assert_eq!(csi_access_mode("ReadWriteMany", false), Mode::MultiNodeMultiWriter);
+        assert_eq!(
+            csi_access_mode("ReadWriteOnce", false),
+            Mode::SingleNodeWriter
+        );
+        assert_eq!(
+            csi_access_mode("ReadWriteOnce", true),
+            Mode::SingleNodeMultiWriter
+        );
+        assert_eq!(
+            csi_access_mode("ReadWriteOncePod", true),
+            Mode::SingleNodeSingleWriter
+        );
+        assert_eq!(
+            csi_access_mode("ReadOnlyMany", false),
+            Mode::MultiNodeReaderOnly
+        );
+        assert_eq!(
+            csi_access_mode("ReadWriteMany", false),
+            Mode::MultiNodeMultiWriter
+        );
     }
 
     #[test]
     fn block_fs_type_is_a_block_capability() {
         let cap = volume_capability(Mode::SingleNodeWriter, FS_TYPE_BLOCK, &[], None);
-        assert!(matches!(cap.access_type, Some(pb::volume_capability::AccessType::Block(_))));
-        let cap = volume_capability(Mode::SingleNodeWriter, "ext4", &["ro".into()], Some("1000".into()));
+        assert!(matches!(
+            cap.access_type,
+            Some(pb::volume_capability::AccessType::Block(_))
+        ));
+        let cap = volume_capability(
+            Mode::SingleNodeWriter,
+            "ext4",
+            &["ro".into()],
+            Some("1000".into()),
+        );
         let Some(pb::volume_capability::AccessType::Mount(m)) = cap.access_type else {
             panic!("mount expected");
         };
-        assert_eq!((m.fs_type.as_str(), m.volume_mount_group.as_str()), ("ext4", "1000"));
+        assert_eq!(
+            (m.fs_type.as_str(), m.volume_mount_group.as_str()),
+            ("ext4", "1000")
+        );
     }
 }

@@ -101,7 +101,9 @@ mod tests {
 
     #[test]
     fn only_1x_versions_are_supported() {
-        let v = |s: &[&str]| highest_supported_version(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        let v = |s: &[&str]| {
+            highest_supported_version(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+        };
         assert_eq!(v(&["1.0.0", "1.5.0", "0.3.0"]), Some(Version(1, 5, 0)));
         assert_eq!(v(&["v1.2"]), Some(Version(1, 2, 0)));
         assert_eq!(v(&["0.3.0", "2.0.0"]), None);
@@ -111,7 +113,13 @@ mod tests {
     #[test]
     fn delete_only_the_registered_endpoint() {
         let s = DriversStore::default();
-        s.set("d", Driver { endpoint: "/a".into(), highest_supported_version: Version(1, 0, 0) });
+        s.set(
+            "d",
+            Driver {
+                endpoint: "/a".into(),
+                highest_supported_version: Version(1, 0, 0),
+            },
+        );
         assert!(!s.delete_if_endpoint("d", Path::new("/b")));
         assert!(s.get("d").is_some());
         assert!(s.delete_if_endpoint("d", Path::new("/a")));

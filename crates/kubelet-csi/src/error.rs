@@ -54,7 +54,9 @@ pub enum Error {
     AttachmentDeleted,
 
     /// The VolumeAttachment did not become attached in time.
-    #[error("timed out waiting for external-attacher of {driver} CSI driver to attach volume {volume_handle}")]
+    #[error(
+        "timed out waiting for external-attacher of {driver} CSI driver to attach volume {volume_handle}"
+    )]
     AttachTimeout {
         /// The CSI driver.
         driver: String,
@@ -143,7 +145,9 @@ pub enum Error {
     },
 
     /// The driver's topology collides with a label another driver set.
-    #[error("detected topology value collision: driver reported {key:?}:{new:?} but existing label is {key:?}:{existing:?}")]
+    #[error(
+        "detected topology value collision: driver reported {key:?}:{new:?} but existing label is {key:?}:{existing:?}"
+    )]
     TopologyCollision {
         /// The label key.
         key: String,
@@ -169,12 +173,19 @@ fn supported_text(supported: &Option<Vec<String>>) -> String {
 impl Error {
     /// Wraps `self` with the step that failed.
     pub fn step(self, context: impl Into<String>) -> Self {
-        Error::Step { context: context.into(), source: Box::new(self) }
+        Error::Step {
+            context: context.into(),
+            source: Box::new(self),
+        }
     }
 
     /// Wraps `self` as the failure of `phase` for `volume`.
     pub fn phase(self, phase: &'static str, volume: &str) -> Self {
-        Error::Phase { phase, volume: volume.to_string(), source: Box::new(self) }
+        Error::Phase {
+            phase,
+            volume: volume.to_string(),
+            source: Box::new(self),
+        }
     }
 
     /// An apiserver error from the host.
@@ -183,9 +194,16 @@ impl Error {
     }
 
     /// An IO error at `path`.
-    pub fn io(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Error::Io { context, path, source }
+        move |source| Error::Io {
+            context,
+            path,
+            source,
+        }
     }
 
     /// Whether the driver call ended for sure (upstream `IsOperationFinishedError`):
@@ -227,7 +245,8 @@ mod tests {
         );
         let e = Error::Grpc(tonic::Status::internal("boom"));
         assert_eq!(e.to_string(), "rpc error: code = Internal desc = boom");
-        let e = Error::DriverNotRegistered("x".into()).step("mounter.SetUpAt failed to get CSI client");
+        let e =
+            Error::DriverNotRegistered("x".into()).step("mounter.SetUpAt failed to get CSI client");
         assert_eq!(
             e.to_string(),
             "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name x not found in the list of registered CSI drivers"

@@ -14,7 +14,9 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 
 use crate::client::{csi_access_mode, to_map, volume_capability};
 use crate::paths::{attachment_name, keys, load_volume_data, save_volume_data};
-use crate::plugin::{CsiPlugin, CsiVolume, LIFECYCLE_EPHEMERAL, VolumeFacts, fs_group_policy, pod_uid};
+use crate::plugin::{
+    CsiPlugin, CsiVolume, LIFECYCLE_EPHEMERAL, VolumeFacts, fs_group_policy, pod_uid,
+};
 use crate::{CsiHost, Error, Result, pb};
 
 /// A volume set up for a pod.
@@ -49,7 +51,11 @@ pub struct TornDown {
 }
 
 /// Secret data as CSI `secrets`.
-pub(crate) async fn secrets(host: &dyn CsiHost, r: &SecretReference, default_ns: &str) -> Result<HashMap<String, String>> {
+pub(crate) async fn secrets(
+    host: &dyn CsiHost,
+    r: &SecretReference,
+    default_ns: &str,
+) -> Result<HashMap<String, String>> {
     let ns = r.namespace.as_deref().unwrap_or(default_ns);
     let name = r.name.as_deref().unwrap_or_default();
     let secret = host.secret(ns, name).await?;
@@ -62,9 +68,13 @@ pub(crate) async fn secrets(host: &dyn CsiHost, r: &SecretReference, default_ns:
 }
 
 /// Pod information for drivers with `podInfoOnMount` (upstream `podAttributes`).
-fn pod_attributes(pod: &Pod, csi_driver: Option<&CSIDriver>, lifecycle_mode: &str) -> BTreeMap<String, String> {
+fn pod_attributes(
+    pod: &Pod,
+    csi_driver: Option<&CSIDriver>,
+    lifecycle_mode: &str,
+) -> BTreeMap<String, String> {
     let mut attrs = BTreeMap::new();
-    if !csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
+    if csi_driver.is_none_or(|d| d.spec.pod_info_on_mount != Some(true)) {
         return attrs;
     }
     let sa = pod
@@ -72,8 +82,14 @@ fn pod_attributes(pod: &Pod, csi_driver: Option<&CSIDriver>, lifecycle_mode: &st
         .as_ref()
         .and_then(|s| s.service_account_name.clone())
         .unwrap_or_default();
-    attrs.insert("csi.storage.k8s.io/pod.name".into(), kubelet_types::pod::name(pod).into());
-    attrs.insert("csi.storage.k8s.io/pod.namespace".into(), kubelet_types::pod::namespace(pod).into());
+    attrs.insert(
+        "csi.storage.k8s.io/pod.name".into(),
+        kubelet_types::pod::name(pod).into(),
+    );
+    attrs.insert(
+        "csi.storage.k8s.io/pod.namespace".into(),
+        kubelet_types::pod::namespace(pod).into(),
+    );
     attrs.insert("csi.storage.k8s.io/pod.uid".into(), pod_uid(pod).into());
     attrs.insert("csi.storage.k8s.io/serviceAccount.name".into(), sa);
     attrs.insert(
@@ -86,7 +102,11 @@ fn pod_attributes(pod: &Pod, csi_driver: Option<&CSIDriver>, lifecycle_mode: &st
 /// Service-account tokens per the CSIDriver's `tokenRequests` (upstream
 /// `podServiceAccountTokenAttrs`): `csi.storage.k8s.io/serviceAccount.tokens`,
 /// a JSON object from audience to `TokenRequestStatus`.
-async fn token_attributes(host: &dyn CsiHost, pod: &Pod, csi_driver: Option<&CSIDriver>) -> Result<BTreeMap<String, String>> {
+async fn token_attributes(
+    host: &dyn CsiHost,
+    pod: &Pod,
+    csi_driver: Option<&CSIDriver>,
+) -> Result<BTreeMap<String, String>> {
     let mut attrs = BTreeMap::new();
     let Some(requests) = csi_driver.and_then(|d| d.spec.token_requests.as_ref()) else {
         return Ok(attrs);
@@ -101,7 +121,11 @@ async fn token_attributes(host: &dyn CsiHost, pod: &Pod, csi_driver: Option<&CSI
         .unwrap_or_else(|| "default".into());
     let mut outputs = serde_json::Map::new();
     for r in requests {
-        let audiences = if r.audience.is_empty() { Vec::new() } else { vec![r.audience.clone()] };
+        let audiences = if r.audience.is_empty() {
+            Vec::new()
+        } else {
+            vec![r.audience.clone()]
+        };
         let request = TokenRequest {
             spec: TokenRequestSpec {
                 audiences,
@@ -144,7 +168,10 @@ fn kubelet_applies_fs_group(facts: &VolumeFacts, fs_group: Option<i64>, policy: 
         return false;
     }
     facts.lifecycle_mode == LIFECYCLE_EPHEMERAL
-        || matches!(facts.access_mode.as_str(), "ReadWriteOnce" | "ReadWriteOncePod")
+        || matches!(
+            facts.access_mode.as_str(),
+            "ReadWriteOnce" | "ReadWriteOncePod"
+        )
 }
 
 /// The pod's fsGroup and fsGroupChangePolicy.
@@ -164,9 +191,15 @@ pub(crate) async fn remove_mount_dir(dir: &Path) -> Result<()> {
         return Ok(());
     }
     let remove = |p: PathBuf, file: bool| async move {
-        let r = if file { tokio::fs::remove_file(&p).await } else { tokio::fs::remove_dir(&p).await };
+        let r = if file {
+            tokio::fs::remove_file(&p).await
+        } else {
+            tokio::fs::remove_dir(&p).await
+        };
         match r {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("failed to remove", p)(e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("failed to remove", p)(e))
+            }
             _ => Ok(()),
         }
     };
@@ -198,8 +231,12 @@ impl CsiPlugin {
         let facts = volume.facts(uid)?;
         let node = self.host.node_name().to_string();
         let csi_driver = self.host.csi_driver(&facts.driver).await?;
-        crate::plugin::check_lifecycle_mode(&facts.driver, csi_driver.as_ref(), facts.lifecycle_mode)
-            .map_err(|e| e.step("mounter.SetupAt failed to check volume lifecycle mode"))?;
+        crate::plugin::check_lifecycle_mode(
+            &facts.driver,
+            csi_driver.as_ref(),
+            facts.lifecycle_mode,
+        )
+        .map_err(|e| e.step("mounter.SetupAt failed to check volume lifecycle mode"))?;
         let client = self
             .client(&facts.driver)
             .await
@@ -211,18 +248,27 @@ impl CsiPlugin {
                 let spec = pv.spec.as_ref();
                 let csi = spec.and_then(|s| s.csi.as_ref());
                 (
-                    csi.and_then(|c| c.volume_attributes.clone()).unwrap_or_default(),
+                    csi.and_then(|c| c.volume_attributes.clone())
+                        .unwrap_or_default(),
                     csi.and_then(|c| c.node_publish_secret_ref.clone()),
-                    spec.and_then(|s| s.mount_options.clone()).unwrap_or_default(),
+                    spec.and_then(|s| s.mount_options.clone())
+                        .unwrap_or_default(),
                 )
             }
             CsiVolume::Inline(v) => {
                 let csi = v.csi.as_ref();
-                let secret_ref = csi.and_then(|c| c.node_publish_secret_ref.as_ref()).map(|r| SecretReference {
-                    name: r.name.clone().into(),
-                    namespace: Some(kubelet_types::pod::namespace(pod).to_string()),
-                });
-                (csi.and_then(|c| c.volume_attributes.clone()).unwrap_or_default(), secret_ref, Vec::new())
+                let secret_ref = csi
+                    .and_then(|c| c.node_publish_secret_ref.as_ref())
+                    .map(|r| SecretReference {
+                        name: r.name.clone().into(),
+                        namespace: Some(kubelet_types::pod::namespace(pod).to_string()),
+                    });
+                (
+                    csi.and_then(|c| c.volume_attributes.clone())
+                        .unwrap_or_default(),
+                    secret_ref,
+                    Vec::new(),
+                )
             }
         };
 
@@ -234,7 +280,11 @@ impl CsiPlugin {
             let parent = self.layout.pod_volume_dir(uid, &facts.spec_name);
             (target, parent)
         };
-        let create = if facts.block { target.parent().map(Path::to_path_buf) } else { Some(data_dir.clone()) };
+        let create = if facts.block {
+            target.parent().map(Path::to_path_buf)
+        } else {
+            Some(data_dir.clone())
+        };
         for dir in create.iter().chain(facts.block.then_some(&data_dir)) {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -245,7 +295,10 @@ impl CsiPlugin {
         data.insert(keys::VOLUME_HANDLE.to_string(), facts.volume_handle.clone());
         data.insert(keys::DRIVER_NAME.to_string(), facts.driver.clone());
         data.insert(keys::NODE_NAME.to_string(), node.clone());
-        data.insert(keys::VOLUME_LIFECYCLE_MODE.to_string(), facts.lifecycle_mode.to_string());
+        data.insert(
+            keys::VOLUME_LIFECYCLE_MODE.to_string(),
+            facts.lifecycle_mode.to_string(),
+        );
         data.insert(
             keys::ATTACHMENT_ID.to_string(),
             attachment_name(&facts.volume_handle, &facts.driver, &node),
@@ -264,19 +317,31 @@ impl CsiPlugin {
                 })?,
             None => HashMap::new(),
         };
-        attrs.extend(pod_attributes(pod, csi_driver.as_ref(), facts.lifecycle_mode));
+        attrs.extend(pod_attributes(
+            pod,
+            csi_driver.as_ref(),
+            facts.lifecycle_mode,
+        ));
         attrs.extend(
             token_attributes(self.host.as_ref(), pod, csi_driver.as_ref())
                 .await
-                .map_err(|e| e.step("mounter.SetUpAt failed to get service accoount token attributes"))?,
+                .map_err(|e| {
+                    e.step("mounter.SetUpAt failed to get service accoount token attributes")
+                })?,
         );
 
         let (fs_group, change_policy) = pod_fs_group(pod);
-        let mount_group = caps.volume_mount_group.then_some(fs_group).flatten().map(|g| g.to_string());
+        let mount_group = caps
+            .volume_mount_group
+            .then_some(fs_group)
+            .flatten()
+            .map(|g| g.to_string());
         let req = pb::NodePublishVolumeRequest {
             volume_id: facts.volume_handle.clone(),
             publish_context: to_map(Some(publish_context)),
-            staging_target_path: staging.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            staging_target_path: staging
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             target_path: target.to_string_lossy().into_owned(),
             volume_capability: Some(volume_capability(
                 csi_access_mode(&facts.access_mode, caps.single_node_multi_writer),
@@ -298,10 +363,20 @@ impl CsiPlugin {
         }
 
         let policy = fs_group_policy(csi_driver.as_ref());
-        if mount_group.is_none() && !facts.block && kubelet_applies_fs_group(&facts, fs_group, &policy) {
-            kubelet_volume::ownership::set_volume_ownership(&target, fs_group, change_policy.as_deref())
-                .await
-                .map_err(|source| Error::FsGroup { volume_handle: facts.volume_handle.clone(), source })?;
+        if mount_group.is_none()
+            && !facts.block
+            && kubelet_applies_fs_group(&facts, fs_group, &policy)
+        {
+            kubelet_volume::ownership::set_volume_ownership(
+                &target,
+                fs_group,
+                change_policy.as_deref(),
+            )
+            .await
+            .map_err(|source| Error::FsGroup {
+                volume_handle: facts.volume_handle.clone(),
+                source,
+            })?;
         }
         tracing::info!(
             driver = %facts.driver,
@@ -327,14 +402,18 @@ impl CsiPlugin {
     pub async fn tear_down(&self, pod_uid: &str, spec_name: &str) -> Result<TornDown> {
         let dir = self.layout.pod_volume_dir(pod_uid, spec_name);
         let target = self.layout.target_path(pod_uid, spec_name);
-        self.unpublish(&dir, &target).await.map_err(|e| e.phase("UnmountVolume.TearDown", spec_name))
+        self.unpublish(&dir, &target)
+            .await
+            .map_err(|e| e.phase("UnmountVolume.TearDown", spec_name))
     }
 
     /// Unpublishes the block volume `spec_name` of pod `pod_uid`.
     pub async fn tear_down_block(&self, pod_uid: &str, spec_name: &str) -> Result<TornDown> {
         let dir = self.layout.block_data_dir(spec_name);
         let target = self.layout.block_publish_path(spec_name, pod_uid);
-        self.unpublish(&dir, &target).await.map_err(|e| e.phase("UnmapVolume.UnmapBlockDevice", spec_name))
+        self.unpublish(&dir, &target)
+            .await
+            .map_err(|e| e.phase("UnmapVolume.UnmapBlockDevice", spec_name))
     }
 
     async fn unpublish(&self, data_dir: &Path, target: &Path) -> Result<TornDown> {
@@ -361,9 +440,12 @@ impl CsiPlugin {
                 return Err(Error::io("failed to remove", target)(e));
             }
         } else {
-            remove_mount_dir(target)
-                .await
-                .map_err(|e| e.step(format!("Unmounter.TearDownAt failed to clean mount dir [{}]", target.display())))?;
+            remove_mount_dir(target).await.map_err(|e| {
+                e.step(format!(
+                    "Unmounter.TearDownAt failed to clean mount dir [{}]",
+                    target.display()
+                ))
+            })?;
         }
         tracing::info!(driver = %torn.driver, target = %target.display(), "CSI volume unpublished");
         Ok(torn)

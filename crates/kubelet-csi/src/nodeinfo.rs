@@ -23,7 +23,10 @@ const UPDATE_ATTEMPTS: usize = 5;
 pub async fn install_driver(host: &dyn CsiHost, driver: &str, info: &NodeInfo) -> Result<()> {
     update_node(host, driver, Some(info))
         .await
-        .map_err(|e| Error::NodeInfo { object: "Node", source: Box::new(e) })?;
+        .map_err(|e| Error::NodeInfo {
+            object: "Node",
+            source: Box::new(e),
+        })?;
     let mut last = None;
     for _ in 0..UPDATE_ATTEMPTS {
         match update_csi_node(host, driver, Some(info)).await {
@@ -51,11 +54,17 @@ pub async fn uninstall_driver(host: &dyn CsiHost, driver: &str) -> Result<()> {
         }
     }
     if let Some(e) = last {
-        return Err(Error::NodeInfo { object: "CSINode", source: Box::new(e) });
+        return Err(Error::NodeInfo {
+            object: "CSINode",
+            source: Box::new(e),
+        });
     }
     update_node(host, driver, None)
         .await
-        .map_err(|e| Error::NodeInfo { object: "Node", source: Box::new(e) })
+        .map_err(|e| Error::NodeInfo {
+            object: "Node",
+            source: Box::new(e),
+        })
 }
 
 /// Creates this node's CSINode with no drivers if it does not exist
@@ -111,18 +120,25 @@ async fn update_node(host: &dyn CsiHost, driver: &str, info: Option<&NodeInfo>) 
         let value = if ids.is_empty() {
             None
         } else {
-            Some(serde_json::to_string(&ids).map_err(|source| Error::VolData {
-                path: NODE_ID_ANNOTATION.into(),
-                source,
-            })?)
+            Some(
+                serde_json::to_string(&ids).map_err(|source| Error::VolData {
+                    path: NODE_ID_ANNOTATION.into(),
+                    source,
+                })?,
+            )
         };
         annotation_patch.insert(NODE_ID_ANNOTATION.to_string(), value);
     }
     if label_patch.is_empty() && annotation_patch.is_empty() {
         return Ok(());
     }
-    tracing::info!(driver, labels = label_patch.len(), "Updating Node with CSI driver node info");
-    host.patch_node_metadata(label_patch, annotation_patch).await
+    tracing::info!(
+        driver,
+        labels = label_patch.len(),
+        "Updating Node with CSI driver node info"
+    );
+    host.patch_node_metadata(label_patch, annotation_patch)
+        .await
 }
 
 /// A CSINode for this node, owned by the Node object when it exists.
@@ -142,7 +158,9 @@ async fn new_csi_node(host: &dyn CsiHost) -> Result<CSINode> {
             owner_references: owner.map(|o| vec![o]),
             ..Default::default()
         },
-        spec: CSINodeSpec { drivers: Vec::new() },
+        spec: CSINodeSpec {
+            drivers: Vec::new(),
+        },
     })
 }
 

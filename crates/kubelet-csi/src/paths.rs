@@ -45,7 +45,10 @@ pub fn sha256_hex(s: &str) -> String {
 
 /// The VolumeAttachment name: `csi-<sha256(handle + driver + node)>`.
 pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
-    format!("csi-{}", sha256_hex(&format!("{volume_handle}{driver}{node}")))
+    format!(
+        "csi-{}",
+        sha256_hex(&format!("{volume_handle}{driver}{node}"))
+    )
 }
 
 /// The handle of an inline ephemeral volume: `csi-<sha256(podUID + volume name)>`.
@@ -67,7 +70,9 @@ pub struct Layout {
 impl Layout {
     /// A layout under `root_dir` (e.g. `/var/lib/kubelet`).
     pub fn new(root_dir: impl Into<PathBuf>) -> Self {
-        Self { root: root_dir.into() }
+        Self {
+            root: root_dir.into(),
+        }
     }
 
     /// `<root>/plugins/kubernetes.io/csi`.
@@ -168,8 +173,14 @@ mod tests {
             sha256_hex(""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
-        assert_eq!(attachment_name("h", "d", "n"), format!("csi-{}", sha256_hex("hdn")));
-        assert_eq!(ephemeral_volume_handle("uid", "vol"), format!("csi-{}", sha256_hex("uidvol")));
+        assert_eq!(
+            attachment_name("h", "d", "n"),
+            format!("csi-{}", sha256_hex("hdn"))
+        );
+        assert_eq!(
+            ephemeral_volume_handle("uid", "vol"),
+            format!("csi-{}", sha256_hex("uidvol"))
+        );
     }
 
     #[test]
@@ -188,7 +199,9 @@ mod tests {
         );
         assert_eq!(
             l.block_publish_path("pv-1", "uid-1"),
-            PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/uid-1")
+            PathBuf::from(
+                "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/uid-1"
+            )
         );
     }
 

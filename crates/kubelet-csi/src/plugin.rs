@@ -134,7 +134,11 @@ impl CsiVolume<'_> {
 
 /// Upstream `supportsVolumeLifecycleMode`: without a CSIDriver only
 /// persistent volumes; with one, the modes it lists (default Persistent).
-pub fn check_lifecycle_mode(driver: &str, csi_driver: Option<&CSIDriver>, mode: &str) -> Result<()> {
+pub fn check_lifecycle_mode(
+    driver: &str,
+    csi_driver: Option<&CSIDriver>,
+    mode: &str,
+) -> Result<()> {
     let Some(d) = csi_driver else {
         if mode == LIFECYCLE_PERSISTENT {
             return Ok(());
@@ -153,7 +157,11 @@ pub fn check_lifecycle_mode(driver: &str, csi_driver: Option<&CSIDriver>, mode: 
     if modes.iter().any(|m| m == mode) {
         return Ok(());
     }
-    Err(Error::LifecycleModeUnsupported { mode: mode.into(), driver: driver.into(), supported: Some(modes) })
+    Err(Error::LifecycleModeUnsupported {
+        mode: mode.into(),
+        driver: driver.into(),
+        supported: Some(modes),
+    })
 }
 
 /// The CSIDriver's `fsGroupPolicy` (default `ReadWriteOnceWithFSType`).

@@ -62,7 +62,11 @@ impl CsiPlugin {
                 spec_name: get(keys::SPEC_VOL_ID),
                 driver: get(keys::DRIVER_NAME),
                 volume_handle: get(keys::VOLUME_HANDLE),
-                lifecycle_mode: if mode.is_empty() { LIFECYCLE_PERSISTENT.into() } else { mode },
+                lifecycle_mode: if mode.is_empty() {
+                    LIFECYCLE_PERSISTENT.into()
+                } else {
+                    mode
+                },
                 attachment_id: get(keys::ATTACHMENT_ID),
                 target,
                 mounted,
@@ -75,7 +79,11 @@ impl CsiPlugin {
     /// Usage of the filesystem volume `spec_name` of pod `pod_uid` from the
     /// driver (`NodeGetVolumeStats`); `None` when the driver lacks
     /// `GET_VOLUME_STATS` (upstream then reports no metrics).
-    pub async fn volume_stats(&self, pod_uid: &str, spec_name: &str) -> Result<Option<VolumeStats>> {
+    pub async fn volume_stats(
+        &self,
+        pod_uid: &str,
+        spec_name: &str,
+    ) -> Result<Option<VolumeStats>> {
         let data = load_volume_data(&self.layout.pod_volume_dir(pod_uid, spec_name)).await?;
         let get = |k: &str| data.get(k).cloned().unwrap_or_default();
         let (driver, handle) = (get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE));
@@ -84,7 +92,8 @@ impl CsiPlugin {
         if !caps.get_volume_stats {
             return Ok(None);
         }
-        let staging = (caps.stage_unstage && get(keys::VOLUME_LIFECYCLE_MODE) != crate::plugin::LIFECYCLE_EPHEMERAL)
+        let staging = (caps.stage_unstage
+            && get(keys::VOLUME_LIFECYCLE_MODE) != crate::plugin::LIFECYCLE_EPHEMERAL)
             .then(|| self.layout.device_mount_path(&driver, &handle));
         let target = self.layout.target_path(pod_uid, spec_name);
         let stats = client
@@ -112,12 +121,23 @@ impl CsiPlugin {
         if !caps.expand_volume {
             return Ok(None);
         }
-        let staging = caps.stage_unstage.then(|| self.layout.device_mount_path(&driver, &handle));
+        let staging = caps
+            .stage_unstage
+            .then(|| self.layout.device_mount_path(&driver, &handle));
         let req = pb::NodeExpandVolumeRequest {
             volume_id: handle,
-            volume_path: self.layout.target_path(pod_uid, spec_name).to_string_lossy().into_owned(),
-            capacity_range: Some(pb::CapacityRange { required_bytes: new_size, limit_bytes: 0 }),
-            staging_target_path: staging.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            volume_path: self
+                .layout
+                .target_path(pod_uid, spec_name)
+                .to_string_lossy()
+                .into_owned(),
+            capacity_range: Some(pb::CapacityRange {
+                required_bytes: new_size,
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             volume_capability: Some(volume_capability(
                 csi_access_mode(access_mode, caps.single_node_multi_writer),
                 fs_type,

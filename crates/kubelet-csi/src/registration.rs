@@ -50,11 +50,20 @@ impl RegistrationHandler {
         Ok(highest)
     }
 
-    async fn register(&self, name: &str, endpoint: &Path, versions: &[String], timeout: Duration) -> Result<()> {
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+        timeout: Duration,
+    ) -> Result<()> {
         let highest = self.validate_versions("RegisterPlugin", name, versions)?;
         self.drivers.set(
             name,
-            Driver { endpoint: endpoint.to_path_buf(), highest_supported_version: highest },
+            Driver {
+                endpoint: endpoint.to_path_buf(),
+                highest_supported_version: highest,
+            },
         );
         let result = async {
             let client = CsiClient::connect(endpoint, timeout).await?;
@@ -101,7 +110,11 @@ impl PluginHandler for RegistrationHandler {
             })
     }
 
-    async fn register_plugin(&self, plugin: &PluginRegistration<'_>, timeout: Duration) -> Result<(), HandlerError> {
+    async fn register_plugin(
+        &self,
+        plugin: &PluginRegistration<'_>,
+        timeout: Duration,
+    ) -> Result<(), HandlerError> {
         self.register(plugin.name, plugin.endpoint, plugin.versions, timeout)
             .await
             .map_err(HandlerError::new)

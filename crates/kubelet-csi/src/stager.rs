@@ -29,9 +29,17 @@ impl CsiPlugin {
                 .await
                 .map_err(|e| e.phase("MountVolume.SetUp", &name));
         }
-        let csi_driver = self.host.csi_driver(&facts.driver).await.map_err(|e| e.phase("MountVolume.SetUp", &name))?;
-        check_lifecycle_mode(&facts.driver, csi_driver.as_ref(), facts.lifecycle_mode)
-            .map_err(|e| e.step("mounter.SetupAt failed to check volume lifecycle mode").phase("MountVolume.SetUp", &name))?;
+        let csi_driver = self
+            .host
+            .csi_driver(&facts.driver)
+            .await
+            .map_err(|e| e.phase("MountVolume.SetUp", &name))?;
+        check_lifecycle_mode(&facts.driver, csi_driver.as_ref(), facts.lifecycle_mode).map_err(
+            |e| {
+                e.step("mounter.SetupAt failed to check volume lifecycle mode")
+                    .phase("MountVolume.SetUp", &name)
+            },
+        )?;
         let publish_context = if skip_attach(csi_driver.as_ref()) {
             BTreeMap::new()
         } else {
@@ -75,7 +83,9 @@ impl CsiPlugin {
             let p = self.layout.block_staging_path(&facts.spec_name);
             (p, self.layout.block_data_dir(&facts.spec_name))
         } else {
-            let p = self.layout.device_mount_path(&facts.driver, &facts.volume_handle);
+            let p = self
+                .layout
+                .device_mount_path(&facts.driver, &facts.volume_handle);
             let d = p.parent().map(Path::to_path_buf).unwrap_or_default();
             (p, d)
         };
@@ -101,7 +111,10 @@ impl CsiPlugin {
         data.insert(keys::DRIVER_NAME.to_string(), facts.driver.clone());
         if facts.block {
             data.insert(keys::SPEC_VOL_ID.to_string(), facts.spec_name.clone());
-            data.insert(keys::NODE_NAME.to_string(), self.host.node_name().to_string());
+            data.insert(
+                keys::NODE_NAME.to_string(),
+                self.host.node_name().to_string(),
+            );
         }
         save_volume_data(&data_dir, &data).await?;
         if !caps.stage_unstage {
@@ -120,8 +133,14 @@ impl CsiPlugin {
             None => Default::default(),
         };
         let (fs_group, _) = pod_fs_group(pod);
-        let mount_group = caps.volume_mount_group.then_some(fs_group).flatten().map(|g| g.to_string());
-        let mount_flags = spec.and_then(|s| s.mount_options.clone()).unwrap_or_default();
+        let mount_group = caps
+            .volume_mount_group
+            .then_some(fs_group)
+            .flatten()
+            .map(|g| g.to_string());
+        let mount_flags = spec
+            .and_then(|s| s.mount_options.clone())
+            .unwrap_or_default();
         let req = pb::NodeStageVolumeRequest {
             volume_id: facts.volume_handle.clone(),
             publish_context: to_map(Some(publish_context)),
@@ -181,9 +200,12 @@ impl CsiPlugin {
                 .node_unstage(volume_handle, staging, self.timeouts.operation)
                 .await?;
         }
-        remove_mount_dir(staging)
-            .await
-            .map_err(|e| e.step(format!("failed to clean up global mount {}", staging.display())))?;
+        remove_mount_dir(staging).await.map_err(|e| {
+            e.step(format!(
+                "failed to clean up global mount {}",
+                staging.display()
+            ))
+        })?;
         tracing::info!(driver, staging = %staging.display(), staged = caps.stage_unstage, "CSI volume unstaged");
         Ok(())
     }
