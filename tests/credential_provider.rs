@@ -1,2 +1,138 @@
 //! Image credential provider plugins (upstream `pkg/credentialprovider/plugin`)
-//! on real containerd.
+//! on real containerd: a kubelet started with
+//! `--image-credential-provider-config` and
+//! `--image-credential-provider-bin-dir` runs the plugin script of
+//! `tests/fixtures/credential-provider` for an image of the registry with
+//! basic auth that `deploy/setup-runtime.sh` runs on 127.0.0.1:5001
+//! (containerd reaches it as `localhost:5001`), and pulls with what it
+//! answers; a pod has no image pull secrets (static pods cannot). While the
+//! plugin answers with a wrong password the pull fails with `ErrImagePull`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use cri::ImageService;
+use kubelet_rs_integration::{Node, is_running, pod_yaml, waiting_reason};
+
+/// The image behind the test credentials.
+const PRIVATE: &str = "localhost:5001/private/busybox:1.35";
+/// The plugin's name, its binary's name in the bin dir.
+const PLUGIN: &str = "test-registry-creds";
+
+fn fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/credential-provider")
+        .join(PLUGIN)
+}
+
+/// The bin dir with the plugin, and a config naming it for `localhost:5001`.
+fn install(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::fs::copy(fixture(), bin.join(PLUGIN)).expect("copy plugin");
+    std::fs::set_permissions(bin.join(PLUGIN), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let config = dir.join("credential-provider-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\n\
+             kind: CredentialProviderConfig\n\
+             providers:\n\
+             - name: {PLUGIN}\n  \
+               matchImages: [\"localhost:5001\", \"*.registry.invalid\"]\n  \
+               defaultCacheDuration: 10s\n  \
+               apiVersion: credentialprovider.kubelet.k8s.io/v1\n  \
+               args: [get-credentials]\n  \
+               env:\n  \
+               - name: CREDS_REQUESTS\n    value: {requests}\n  \
+               - name: CREDS_DENY\n    value: {deny}\n",
+            requests = dir.join("requests").display(),
+            deny = dir.join("deny").display(),
+        ),
+    )
+    .expect("config");
+    (config, bin)
+}
+
+/// The requests the plugin was sent, in order.
+fn requests(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("requests"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("request json"))
+        .collect()
+}
+
+async fn remove_private_image(node: &Node) {
+    node.runtime
+        .remove_image(PRIVATE)
+        .await
+        .expect("remove image");
+    assert!(
+        node.runtime
+            .image_status(PRIVATE)
+            .await
+            .expect("status")
+            .is_none(),
+        "{PRIVATE} removed"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_pulls_a_private_image_with_the_credentials_a_plugin_supplies() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (config, bin) = install(dir.path());
+    std::fs::write(dir.path().join("deny"), "").expect("deny");
+    let node = Node::start(|f| {
+        f.image_credential_provider_config = Some(config.clone());
+        f.image_credential_provider_bin_dir = Some(bin.clone());
+    })
+    .await;
+    // The kubelet holds the machine lock: the image is pulled fresh.
+    remove_private_image(&node).await;
+    let run = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+    // The plugin answers with a wrong password: the registry refuses.
+    node.write_manifest("denied.yaml", &pod_yaml("denied", "Never", PRIVATE, run));
+    node.wait_status("denied", Duration::from_secs(60), "failing to pull", |s| {
+        matches!(
+            waiting_reason(s, "c").as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        )
+    })
+    .await
+    .expect("denied");
+    node.remove_manifest("denied.yaml");
+    let asked = requests(dir.path());
+    assert!(!asked.is_empty(), "the plugin was run");
+    // The request as upstream sends it: the repository without the tag.
+    assert_eq!(
+        asked[0],
+        serde_json::json!({
+            "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            "kind": "CredentialProviderRequest",
+            "image": "localhost:5001/private/busybox",
+        })
+    );
+
+    // The right credentials: the pod runs, without image pull secrets.
+    std::fs::remove_file(dir.path().join("deny")).expect("allow");
+    node.write_manifest("allowed.yaml", &pod_yaml("allowed", "Never", PRIVATE, run));
+    node.wait_status("allowed", Duration::from_secs(60), "running", |s| {
+        is_running(s, "c")
+    })
+    .await
+    .expect("allowed");
+    assert!(
+        node.runtime
+            .image_status(PRIVATE)
+            .await
+            .expect("status")
+            .is_some(),
+        "pulled"
+    );
+    node.cleanup().await;
+}
