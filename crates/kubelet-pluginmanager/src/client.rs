@@ -14,7 +14,8 @@ use crate::pb::registration_client::RegistrationClient;
 use crate::pb::{InfoRequest, PluginInfo, RegistrationStatus};
 
 /// Deadlines of the registration calls (upstream `dialTimeoutDuration`,
-/// the 1 s `GetInfo` context and `notifyTimeoutDuration`).
+/// the 1 s `GetInfo` context and `notifyTimeoutDuration`), and of the
+/// connection monitor's `GetInfo` (upstream `getInfoTimeout`).
 #[derive(Debug, Clone, Copy)]
 pub struct CallTimeouts {
     /// Connecting to the registration socket.
@@ -23,6 +24,8 @@ pub struct CallTimeouts {
     pub get_info: Duration,
     /// `NotifyRegistrationStatus`.
     pub notify: Duration,
+    /// The connection monitor's `GetInfo`.
+    pub check: Duration,
 }
 
 impl Default for CallTimeouts {
@@ -31,6 +34,7 @@ impl Default for CallTimeouts {
             dial: Duration::from_secs(10),
             get_info: Duration::from_secs(1),
             notify: Duration::from_secs(5),
+            check: Duration::from_secs(10),
         }
     }
 }
@@ -74,12 +78,23 @@ impl PluginClient {
         })
     }
 
+    /// Whether the plugin at `socket` answers `GetInfo` (upstream
+    /// `checkConnection`), within the monitor's deadline.
+    pub async fn check(socket: &Path, timeouts: CallTimeouts) -> Result<(), Error> {
+        let mut client = Self::dial(socket, timeouts).await?;
+        client.call_get_info(timeouts.check).await.map(drop)
+    }
+
     /// `GetInfo` within its deadline.
     pub async fn get_info(&mut self) -> Result<PluginInfo, Error> {
+        self.call_get_info(self.timeouts.get_info).await
+    }
+
+    async fn call_get_info(&mut self, deadline: Duration) -> Result<PluginInfo, Error> {
         let mut request = tonic::Request::new(InfoRequest {});
-        request.set_timeout(self.timeouts.get_info);
+        request.set_timeout(deadline);
         let call = self.inner.get_info(request);
-        match tokio::time::timeout(self.timeouts.get_info, call).await {
+        match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(Error::GetInfo {
                 socket: self.socket.clone(),

@@ -23,7 +23,8 @@ pub use client::CallTimeouts;
 pub use error::{DialFailure, Error};
 pub use handler::{CSI_PLUGIN, DEVICE_PLUGIN, HandlerError, PluginHandler, PluginRegistration};
 pub use manager::{
-    DEFAULT_REGISTER_TIMEOUT, DEFAULT_RESCAN_INTERVAL, PluginManager, PluginManagerConfig,
+    DEFAULT_CONNECTION_CHECK_INTERVAL, DEFAULT_MAX_CHECK_FAILURES, DEFAULT_REGISTER_TIMEOUT,
+    DEFAULT_RESCAN_INTERVAL, PluginManager, PluginManagerConfig,
 };
 pub use scan::REGISTRY_DIR_MODE;
 

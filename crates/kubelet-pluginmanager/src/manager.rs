@@ -20,13 +20,18 @@ use crate::error::Error;
 use crate::handler::PluginHandler;
 use crate::scan::{self, SocketIdentity};
 use crate::watcher;
-use crate::worker::{self, Desired, Shared};
+use crate::worker::{self, Desired, MonitorConfig, Shared};
 
 /// How often the directory is walked with no inotify event.
 pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(2);
 /// The deadline handed to `register_plugin` (upstream passes none and the
 /// CSI handler then uses its 2 min `csiTimeout`).
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(120);
+/// Time between two connection checks of a registered plugin (upstream
+/// `connectionCheckInterval`).
+pub const DEFAULT_CONNECTION_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// Failed checks in a row that unregister a plugin (upstream `maxFailures`).
+pub const DEFAULT_MAX_CHECK_FAILURES: u32 = 2;
 /// How long events are gathered before the directory is walked.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 /// Bound on one walk of the directory.
@@ -41,6 +46,12 @@ pub struct PluginManagerConfig {
     pub timeouts: CallTimeouts,
     /// The deadline handed to each handler's `register_plugin`.
     pub register_timeout: Duration,
+    /// Time between two `GetInfo` checks of a registered plugin; zero turns
+    /// the connection monitor off.
+    pub connection_check_interval: Duration,
+    /// Failed checks in a row after which a plugin is unregistered (until it
+    /// answers again).
+    pub max_check_failures: u32,
 }
 
 impl Default for PluginManagerConfig {
@@ -49,6 +60,8 @@ impl Default for PluginManagerConfig {
             rescan_interval: DEFAULT_RESCAN_INTERVAL,
             timeouts: CallTimeouts::default(),
             register_timeout: DEFAULT_REGISTER_TIMEOUT,
+            connection_check_interval: DEFAULT_CONNECTION_CHECK_INTERVAL,
+            max_check_failures: DEFAULT_MAX_CHECK_FAILURES,
         }
     }
 }
@@ -80,6 +93,10 @@ impl PluginManager {
                 handlers,
                 timeouts: config.timeouts,
                 register_timeout: config.register_timeout,
+                monitor: MonitorConfig {
+                    interval: config.connection_check_interval,
+                    max_failures: config.max_check_failures.max(1),
+                },
                 actual: ActualStateOfWorld::default(),
             }),
             rescan_interval: config.rescan_interval,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -87,6 +87,8 @@ struct TestPlugin {
     silent: bool,
     /// `GetInfo` fails this many times first.
     failures: AtomicUsize,
+    /// `GetInfo` fails while set.
+    unhealthy: Arc<AtomicBool>,
     statuses: mpsc::UnboundedSender<RegistrationStatus>,
 }
 
@@ -95,6 +97,9 @@ impl Registration for TestPlugin {
     async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
         if self.silent {
             std::future::pending::<()>().await;
+        }
+        if self.unhealthy.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("hung"));
         }
         let left = self.failures.load(Ordering::SeqCst);
         if left > 0 {
@@ -115,6 +120,7 @@ impl Registration for TestPlugin {
 
 struct Served {
     stop: CancellationToken,
+    unhealthy: Arc<AtomicBool>,
     statuses: mpsc::UnboundedReceiver<RegistrationStatus>,
 }
 
@@ -138,10 +144,12 @@ fn info(kind: &str, name: &str, endpoint: &str, versions: &[&str]) -> PluginInfo
 
 fn serve_plugin(socket: &Path, info: PluginInfo, silent: bool, failures: usize) -> Served {
     let (tx, statuses) = mpsc::unbounded_channel();
+    let unhealthy = Arc::new(AtomicBool::new(false));
     let plugin = TestPlugin {
         info,
         silent,
         failures: AtomicUsize::new(failures),
+        unhealthy: unhealthy.clone(),
         statuses: tx,
     };
     let listener = tokio::net::UnixListener::bind(socket).expect("bind plugin socket");
@@ -153,7 +161,11 @@ fn serve_plugin(socket: &Path, info: PluginInfo, silent: bool, failures: usize) 
             .add_service(RegistrationServer::new(plugin))
             .serve_with_incoming_shutdown(incoming, shutdown),
     );
-    Served { stop, statuses }
+    Served {
+        stop,
+        unhealthy,
+        statuses,
+    }
 }
 
 struct Running {
@@ -175,14 +187,18 @@ impl Running {
 }
 
 fn start(dir: &Path, handler: Arc<FakeHandler>, timeouts: CallTimeouts) -> Running {
-    let mut handlers: HashMap<&'static str, Arc<dyn PluginHandler>> = HashMap::new();
-    handlers.insert(CSI_PLUGIN, handler.clone());
-    handlers.insert(DEVICE_PLUGIN, handler);
     let config = PluginManagerConfig {
         rescan_interval: Duration::from_millis(300),
         timeouts,
         ..PluginManagerConfig::default()
     };
+    start_with(dir, handler, config)
+}
+
+fn start_with(dir: &Path, handler: Arc<FakeHandler>, config: PluginManagerConfig) -> Running {
+    let mut handlers: HashMap<&'static str, Arc<dyn PluginHandler>> = HashMap::new();
+    handlers.insert(CSI_PLUGIN, handler.clone());
+    handlers.insert(DEVICE_PLUGIN, handler);
     let manager = PluginManager::new(dir, handlers, config);
     let actual = manager.actual_state();
     let cancel = CancellationToken::new();
@@ -510,5 +526,75 @@ async fn a_failed_registration_is_reported_not_retried_and_still_deregistered() 
     std::fs::remove_file(&sock).expect("rm socket");
     let gone = Call::Deregister("f.example.com".into(), sock.clone());
     wait_for("the deregistration", || handler.calls().contains(&gone)).await;
+    running.stop().await;
+}
+
+fn monitored() -> PluginManagerConfig {
+    PluginManagerConfig {
+        rescan_interval: Duration::from_millis(300),
+        connection_check_interval: Duration::from_millis(200),
+        max_check_failures: 2,
+        ..PluginManagerConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_hung_plugin_is_unregistered_and_registered_again_when_it_answers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = registry(&tmp);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let handler = Arc::new(FakeHandler::default());
+    let running = start_with(&dir, handler.clone(), monitored());
+    let sock = dir.join("h.sock");
+    let mut plugin = serve_plugin(
+        &sock,
+        info(CSI_PLUGIN, "h.example.com", "", &["1.0.0"]),
+        false,
+        0,
+    );
+    assert!(plugin.next_status().await.plugin_registered);
+
+    // The socket stays, but the plugin stops answering.
+    plugin.unhealthy.store(true, Ordering::SeqCst);
+    let gone = Call::Deregister("h.example.com".into(), sock.clone());
+    wait_for("the deregistration", || handler.calls().contains(&gone)).await;
+    assert!(running.actual.registered_plugins().is_empty());
+
+    // It recovers on the same socket: no inotify event, the monitor sees it.
+    plugin.unhealthy.store(false, Ordering::SeqCst);
+    assert!(plugin.next_status().await.plugin_registered);
+    let registers = handler
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Register(..)))
+        .count();
+    assert_eq!(registers, 2);
+    assert!(running.actual.plugin_at(&sock).is_some());
+    running.stop().await;
+    plugin.stop.cancel();
+}
+
+#[tokio::test]
+async fn a_plugin_gone_without_removing_its_socket_is_unregistered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = registry(&tmp);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let handler = Arc::new(FakeHandler::default());
+    let running = start_with(&dir, handler.clone(), monitored());
+    let sock = dir.join("crashed.sock");
+    let mut plugin = serve_plugin(
+        &sock,
+        info(DEVICE_PLUGIN, "example.com/nic", "", &["v1beta1"]),
+        false,
+        0,
+    );
+    assert!(plugin.next_status().await.plugin_registered);
+
+    // The process dies; its socket file stays behind.
+    plugin.stop.cancel();
+    let gone = Call::Deregister("example.com/nic".into(), sock.clone());
+    wait_for("the deregistration", || handler.calls().contains(&gone)).await;
+    assert!(sock.exists());
+    assert!(running.actual.registered_plugins().is_empty());
     running.stop().await;
 }
