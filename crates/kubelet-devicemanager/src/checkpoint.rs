@@ -10,7 +10,8 @@
 //!
 //! Upstream's checksum is FNV-32a over `spew.Sprintf("%#v", data)` of the Go
 //! `checkpointData` value (`checkpointmanager/checksum`, `util/hash`). [`checksum`]
-//! renders the same text for this fixed shape. A file whose checksum does not
+//! renders the same text for this fixed shape (checked against files written
+//! by upstream kubelets), so each kubelet accepts the other's file. A file whose checksum does not
 //! match is still used, with a warning: dropping it would hand devices that
 //! running containers hold to new pods. Older files whose `DeviceIDs` is a
 //! plain list (upstream's v1 layout) are read as devices without topology.
@@ -117,17 +118,21 @@ fn de_device_ids<'de, D: Deserializer<'de>>(d: D) -> Result<DevicesPerNuma, D::E
     match serde_json::Value::deserialize(d)? {
         serde_json::Value::Null => Ok(BTreeMap::new()),
         // Upstream's v1 layout: a flat list, no topology.
-        v @ serde_json::Value::Array(_) => Ok(BTreeMap::from([(NODE_WITHOUT_TOPOLOGY, strings(v)?)])),
+        v @ serde_json::Value::Array(_) => {
+            Ok(BTreeMap::from([(NODE_WITHOUT_TOPOLOGY, strings(v)?)]))
+        }
         serde_json::Value::Object(m) => m
             .into_iter()
             .map(|(k, v)| {
-                let numa = k
-                    .parse::<i64>()
-                    .map_err(|_| D::Error::custom(format!("NUMA node id {k:?} is not an integer")))?;
+                let numa = k.parse::<i64>().map_err(|_| {
+                    D::Error::custom(format!("NUMA node id {k:?} is not an integer"))
+                })?;
                 Ok((numa, strings(v)?))
             })
             .collect(),
-        other => Err(D::Error::custom(format!("DeviceIDs must be an object or a list, not {other}"))),
+        other => Err(D::Error::custom(format!(
+            "DeviceIDs must be an object or a list, not {other}"
+        ))),
     }
 }
 
@@ -328,6 +333,20 @@ mod tests {
         let entries = cp.data.pod_device_entries.expect("entries");
         assert_eq!(entries[0].device_ids[&-1], vec!["a", "b"]);
         assert!(cp.data.registered_devices.is_none());
+    }
+
+    /// Files written by upstream kubelets (published in public docs): their
+    /// checksums must verify, so the spew rendering is upstream's.
+    #[test]
+    fn upstream_written_checkpoints_verify() {
+        let modern = r#"{"Data":{"PodDeviceEntries":[{"PodUID":"bf52b2cd-b611-4e79-86b1-280b283185c3","ContainerName":"check","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":["tegra"]},"AllocResp":"Ch8KFk5WSURJQV9WSVNJQkxFX0RFVklDRVMSBXRlZ3Jh"}],"RegisteredDevices":{"nvidia.com/gpu":["tegra"]}},"Checksum":3660592824}"#;
+        let older = r#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"nvidia.com/gpu":["GPU-0650a168-e770-3ea8-8ac3-8a1d419763e0"]}},"Checksum":3952659280}"#;
+        for text in [modern, older] {
+            let cp: Checkpoint = serde_json::from_str(text).expect("parse");
+            assert!(cp.verify(), "computed {} for {text}", checksum(&cp.data));
+            // What we write for the same data is what upstream wrote.
+            assert_eq!(Checkpoint::new(cp.data.clone()).checksum, cp.checksum);
+        }
     }
 
     #[tokio::test]

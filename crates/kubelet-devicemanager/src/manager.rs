@@ -215,10 +215,10 @@ impl DeviceManager {
         let me = self.clone();
         let res = resource.to_string();
         let task = tokio::spawn(async move { me.run_list_and_watch(res, id, client).await });
-        if let Some(ep) = self.inner.state.lock().endpoints.get_mut(resource) {
-            if ep.id == id {
-                ep.task = Some(task.abort_handle());
-            }
+        if let Some(ep) = self.inner.state.lock().endpoints.get_mut(resource)
+            && ep.id == id
+        {
+            ep.task = Some(task.abort_handle());
         }
         Ok(())
     }

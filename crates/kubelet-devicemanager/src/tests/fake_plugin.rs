@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream, WatchStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Endpoint, Uri};
 use tonic::{Request, Response, Status};
@@ -22,8 +22,9 @@ use crate::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::v1beta1::registration_client::RegistrationClient;
 use crate::v1beta1::*;
 
-type ListAndWatchStream =
-    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ListAndWatchResponse, Status>> + Send + 'static>>;
+type ListAndWatchStream = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<ListAndWatchResponse, Status>> + Send + 'static>,
+>;
 
 pub(crate) fn device(id: &str, healthy: bool) -> Device {
     Device {
@@ -45,17 +46,42 @@ struct Service {
     devices: watch::Receiver<Vec<Device>>,
     preferred: Vec<String>,
     calls: Arc<Mutex<Calls>>,
+    stop: CancellationToken,
 }
 
 #[tonic::async_trait]
 impl DevicePlugin for Service {
-    async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
         Ok(Response::new(self.opts))
     }
 
-    async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<ListAndWatchStream>, Status> {
-        let s = WatchStream::new(self.devices.clone()).map(|devices| Ok(ListAndWatchResponse { devices }));
-        Ok(Response::new(Box::pin(s)))
+    async fn list_and_watch(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<ListAndWatchStream>, Status> {
+        // Forward every device list until the plugin stops; then the stream ends.
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let mut devices = WatchStream::new(self.devices.clone());
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    next = devices.next() => match next {
+                        Some(devices) => {
+                            if tx.send(Ok(ListAndWatchResponse { devices })).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn get_preferred_allocation(
@@ -63,7 +89,10 @@ impl DevicePlugin for Service {
         req: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let r = req.into_inner();
-        self.calls.lock().preferred.extend(r.container_requests.clone());
+        self.calls
+            .lock()
+            .preferred
+            .extend(r.container_requests.clone());
         let container_responses = r
             .container_requests
             .iter()
@@ -77,10 +106,15 @@ impl DevicePlugin for Service {
                     .collect(),
             })
             .collect();
-        Ok(Response::new(PreferredAllocationResponse { container_responses }))
+        Ok(Response::new(PreferredAllocationResponse {
+            container_responses,
+        }))
     }
 
-    async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
+    async fn allocate(
+        &self,
+        req: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
         let r = req.into_inner();
         let mut out = Vec::new();
         for c in r.container_requests {
@@ -105,18 +139,25 @@ impl DevicePlugin for Service {
                 cdi_devices: c
                     .devices_ids
                     .iter()
-                    .map(|d| CdiDevice { name: format!("fake.com/dev={d}") })
+                    .map(|d| CdiDevice {
+                        name: format!("fake.com/dev={d}"),
+                    })
                     .collect(),
             });
         }
-        Ok(Response::new(AllocateResponse { container_responses: out }))
+        Ok(Response::new(AllocateResponse {
+            container_responses: out,
+        }))
     }
 
     async fn pre_start_container(
         &self,
         req: Request<PreStartContainerRequest>,
     ) -> Result<Response<PreStartContainerResponse>, Status> {
-        self.calls.lock().pre_start.push(req.into_inner().devices_ids);
+        self.calls
+            .lock()
+            .pre_start
+            .push(req.into_inner().devices_ids);
         Ok(Response::new(PreStartContainerResponse {}))
     }
 }
@@ -143,18 +184,22 @@ impl FakePlugin {
         let listener = UnixListener::bind(&socket).expect("bind plugin socket");
         let (tx, rx) = watch::channel(devices);
         let calls = Arc::new(Mutex::new(Calls::default()));
+        let stop = CancellationToken::new();
         let svc = Service {
             opts,
             devices: rx,
             preferred,
             calls: calls.clone(),
+            stop: stop.clone(),
         };
-        let stop = CancellationToken::new();
         let token = stop.clone();
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(svc))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), token.cancelled_owned())
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener),
+                    token.cancelled_owned(),
+                )
                 .await;
         });
         Self {
@@ -167,7 +212,12 @@ impl FakePlugin {
     }
 
     /// Registers with the kubelet socket as `resource`.
-    pub(crate) async fn register(&self, kubelet_sock: &Path, resource: &str, version: &str) -> Result<(), Status> {
+    pub(crate) async fn register(
+        &self,
+        kubelet_sock: &Path,
+        resource: &str,
+        version: &str,
+    ) -> Result<(), Status> {
         let endpoint = self
             .socket
             .file_name()
@@ -194,7 +244,9 @@ impl FakePlugin {
     }
 }
 
-pub(crate) async fn registration_client(sock: &Path) -> RegistrationClient<tonic::transport::Channel> {
+pub(crate) async fn registration_client(
+    sock: &Path,
+) -> RegistrationClient<tonic::transport::Channel> {
     let path = sock.to_path_buf();
     let channel = Endpoint::from_static("http://[::]:50051")
         .connect_with_connector(tower::service_fn(move |_: Uri| {

@@ -106,12 +106,20 @@ async fn wait_capacity(m: &DeviceManager, cap: i64, alloc: i64) -> Capacity {
         if c.capacity.get(RES) == Some(&cap) && c.allocatable.get(RES) == Some(&alloc) {
             return c;
         }
-        assert!(Instant::now() < deadline, "capacity never became {cap}/{alloc}: {c:?}");
+        assert!(
+            Instant::now() < deadline,
+            "capacity never became {cap}/{alloc}: {c:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-async fn plugin(dir: &Path, name: &str, opts: DevicePluginOptions, preferred: Vec<String>) -> FakePlugin {
+async fn plugin(
+    dir: &Path,
+    name: &str,
+    opts: DevicePluginOptions,
+    preferred: Vec<String>,
+) -> FakePlugin {
     FakePlugin::start(
         &dir.join("device-plugins"),
         name,
@@ -122,9 +130,16 @@ async fn plugin(dir: &Path, name: &str, opts: DevicePluginOptions, preferred: Ve
     .await
 }
 
-async fn registered(dir: &Path, m: &DeviceManager, opts: DevicePluginOptions, preferred: Vec<String>) -> FakePlugin {
+async fn registered(
+    dir: &Path,
+    m: &DeviceManager,
+    opts: DevicePluginOptions,
+    preferred: Vec<String>,
+) -> FakePlugin {
     let p = plugin(dir, "fake.sock", opts, preferred).await;
-    p.register(&m.socket_path(), RES, "v1beta1").await.expect("register");
+    p.register(&m.socket_path(), RES, "v1beta1")
+        .await
+        .expect("register");
     wait_capacity(m, 2, 2).await;
     p
 }
@@ -137,10 +152,14 @@ async fn registration_and_list_and_watch_set_capacity_and_unhealthy_devices_leav
     let p = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
     assert_eq!(m.get_allocatable_devices()[RES].len(), 2);
 
-    p.devices.send_replace(vec![device("dev-a", true), device("dev-b", false)]);
+    p.devices
+        .send_replace(vec![device("dev-a", true), device("dev-b", false)]);
     let c = wait_capacity(&m, 2, 1).await;
     assert!(c.deleted.is_empty());
-    assert_eq!(m.get_allocatable_devices()[RES].keys().collect::<Vec<_>>(), vec!["dev-a"]);
+    assert_eq!(
+        m.get_allocatable_devices()[RES].keys().collect::<Vec<_>>(),
+        vec!["dev-a"]
+    );
     m.stop();
 }
 
@@ -148,13 +167,25 @@ async fn registration_and_list_and_watch_set_capacity_and_unhealthy_devices_leav
 async fn bad_registrations_get_upstreams_errors() {
     let dir = tempfile::tempdir().expect("tmp");
     let (m, _) = started(dir.path(), FakePods::ready_with(&[])).await;
-    let p = plugin(dir.path(), "bad.sock", DevicePluginOptions::default(), vec![]).await;
-    let e = p.register(&m.socket_path(), RES, "v1alpha").await.expect_err("version");
+    let p = plugin(
+        dir.path(),
+        "bad.sock",
+        DevicePluginOptions::default(),
+        vec![],
+    )
+    .await;
+    let e = p
+        .register(&m.socket_path(), RES, "v1alpha")
+        .await
+        .expect_err("version");
     assert_eq!(
         e.message(),
         r#"requested API version "v1alpha" is not supported by kubelet. Supported versions are ["v1beta1"]"#
     );
-    let e = p.register(&m.socket_path(), "gpu", "v1beta1").await.expect_err("name");
+    let e = p
+        .register(&m.socket_path(), "gpu", "v1beta1")
+        .await
+        .expect_err("name");
     assert_eq!(e.message(), r#"the ResourceName "gpu" is invalid"#);
     assert!(m.get_capacity().await.capacity.is_empty());
     m.stop();
@@ -168,7 +199,9 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
     let p = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
 
     let p1 = pod("p1", vec![], vec![container("c", 1)]);
-    m.allocate(&p1, &container("c", 1)).await.expect("allocate p1");
+    m.allocate(&p1, &container("c", 1))
+        .await
+        .expect("allocate p1");
     let opts = m
         .get_device_run_container_options(&p1, &container("c", 1))
         .await
@@ -183,18 +216,30 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
     assert_eq!(opts.devices[0].permissions, "rw");
     assert_eq!(opts.mounts[0].host_path, "/opt/fake");
     assert!(opts.mounts[0].read_only);
-    assert_eq!(opts.annotations, vec![("fake/annotation".to_string(), "yes".to_string())]);
+    assert_eq!(
+        opts.annotations,
+        vec![("fake/annotation".to_string(), "yes".to_string())]
+    );
     assert_eq!(opts.cdi_devices[0].name, format!("fake.com/dev={v}"));
 
     let p2 = pod("p2", vec![], vec![container("c", 1)]);
-    m.allocate(&p2, &container("c", 1)).await.expect("allocate p2");
+    m.allocate(&p2, &container("c", 1))
+        .await
+        .expect("allocate p2");
     let d1 = m.get_devices("p1", "c");
     let d2 = m.get_devices("p2", "c");
-    assert_ne!(d1[RES].keys().next(), d2[RES].keys().next(), "two pods share a device");
+    assert_ne!(
+        d1[RES].keys().next(),
+        d2[RES].keys().next(),
+        "two pods share a device"
+    );
     assert_eq!(p.calls.lock().allocate.len(), 2);
 
     let p3 = pod("p3", vec![], vec![container("c", 1)]);
-    let e = m.allocate(&p3, &container("c", 1)).await.expect_err("no device left");
+    let e = m
+        .allocate(&p3, &container("c", 1))
+        .await
+        .expect_err("no device left");
     assert_eq!(
         e.to_string(),
         "requested number of devices unavailable for example.com/dev. Requested: 1, Available: 0"
@@ -206,7 +251,12 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
         name: "plain".into(),
         ..Default::default()
     };
-    assert_eq!(m.get_device_run_container_options(&p1, &plain).await.expect("ok"), None);
+    assert_eq!(
+        m.get_device_run_container_options(&p1, &plain)
+            .await
+            .expect("ok"),
+        None
+    );
     m.stop();
 }
 
@@ -221,11 +271,17 @@ async fn preferred_allocation_is_honoured() {
     let p = registered(dir.path(), &m, opts, vec!["dev-b".into()]).await;
     let p1 = pod("p1", vec![], vec![container("c", 1)]);
     m.allocate(&p1, &container("c", 1)).await.expect("allocate");
-    assert_eq!(m.get_devices("p1", "c")[RES].keys().collect::<Vec<_>>(), vec!["dev-b"]);
+    assert_eq!(
+        m.get_devices("p1", "c")[RES].keys().collect::<Vec<_>>(),
+        vec!["dev-b"]
+    );
     let calls = p.calls.lock();
     assert_eq!(calls.preferred.len(), 1);
     assert_eq!(calls.preferred[0].allocation_size, 1);
-    assert_eq!(calls.preferred[0].available_device_i_ds, vec!["dev-a", "dev-b"]);
+    assert_eq!(
+        calls.preferred[0].available_device_i_ds,
+        vec!["dev-a", "dev-b"]
+    );
     assert_eq!(calls.allocate, vec![vec!["dev-b".to_string()]]);
     drop(calls);
     m.stop();
@@ -243,7 +299,9 @@ async fn pre_start_container_is_called_when_the_plugin_asks() {
     let p1 = pod("p1", vec![], vec![container("c", 1)]);
     m.allocate(&p1, &container("c", 1)).await.expect("allocate");
     assert!(p.calls.lock().pre_start.is_empty());
-    m.get_device_run_container_options(&p1, &container("c", 1)).await.expect("options");
+    m.get_device_run_container_options(&p1, &container("c", 1))
+        .await
+        .expect("options");
     let held: Vec<String> = m.get_devices("p1", "c")[RES].keys().cloned().collect();
     assert_eq!(p.calls.lock().pre_start, vec![held]);
     m.stop();
@@ -257,7 +315,10 @@ async fn init_container_devices_are_reused_by_the_app_container() {
     let p1 = pod("p1", vec![container("init", 1)], vec![container("app", 1)]);
     m.allocate(&p1, &container("init", 1)).await.expect("init");
     m.allocate(&p1, &container("app", 1)).await.expect("app");
-    assert_eq!(m.get_devices("p1", "init")[RES].keys().collect::<Vec<_>>(), m.get_devices("p1", "app")[RES].keys().collect::<Vec<_>>());
+    assert_eq!(
+        m.get_devices("p1", "init")[RES].keys().collect::<Vec<_>>(),
+        m.get_devices("p1", "app")[RES].keys().collect::<Vec<_>>()
+    );
     assert_eq!(m.allocated_device_counts()[RES], 1);
     // The other device is still free for another pod.
     let p2 = pod("p2", vec![], vec![container("c", 1)]);
@@ -274,26 +335,54 @@ async fn checkpoint_restores_allocations_so_no_device_is_handed_out_twice() {
     let p1 = pod("p1", vec![], vec![container("c", 1)]);
     m.allocate(&p1, &container("c", 1)).await.expect("allocate");
     let held = m.get_devices("p1", "c");
-    let before = m.get_device_run_container_options(&p1, &container("c", 1)).await.expect("opts");
-    let text = std::fs::read_to_string(dir.path().join("device-plugins").join(CHECKPOINT_NAME)).expect("checkpoint");
-    assert!(text.contains(r#""PodUID":"p1""#) && text.contains(r#""RegisteredDevices":{"example.com/dev":["dev-a","dev-b"]}"#), "{text}");
+    let before = m
+        .get_device_run_container_options(&p1, &container("c", 1))
+        .await
+        .expect("opts");
+    let text = std::fs::read_to_string(dir.path().join("device-plugins").join(CHECKPOINT_NAME))
+        .expect("checkpoint");
+    assert!(
+        text.contains(r#""PodUID":"p1""#)
+            && text.contains(r#""RegisteredDevices":{"example.com/dev":["dev-a","dev-b"]}"#),
+        "{text}"
+    );
     m.stop();
     p.stop().await;
 
     // A new kubelet: the plugin's socket is stale until it registers again.
     let (m2, _) = started(dir.path(), pods).await;
-    assert!(!dir.path().join("device-plugins/fake.sock").exists(), "stale socket removed");
+    assert!(
+        !dir.path().join("device-plugins/fake.sock").exists(),
+        "stale socket removed"
+    );
     assert_eq!(m2.get_devices("p1", "c"), held);
     assert_eq!(m2.get_capacity().await.capacity.get(RES), Some(&0));
-    assert_eq!(m2.get_device_run_container_options(&p1, &container("c", 1)).await.expect("opts"), before);
+    assert_eq!(
+        m2.get_device_run_container_options(&p1, &container("c", 1))
+            .await
+            .expect("opts"),
+        before
+    );
 
     let _p = registered(dir.path(), &m2, DevicePluginOptions::default(), vec![]).await;
     let p2 = pod("p2", vec![], vec![container("c", 1)]);
-    m2.allocate(&p2, &container("c", 1)).await.expect("p2 gets the free device");
-    assert_ne!(m2.get_devices("p2", "c")[RES].keys().next(), held[RES].keys().next());
+    m2.allocate(&p2, &container("c", 1))
+        .await
+        .expect("p2 gets the free device");
+    assert_ne!(
+        m2.get_devices("p2", "c")[RES].keys().next(),
+        held[RES].keys().next()
+    );
     let p3 = pod("p3", vec![], vec![container("c", 1)]);
-    let e = m2.allocate(&p3, &container("c", 1)).await.expect_err("both held");
-    assert!(e.to_string().starts_with("requested number of devices unavailable"), "{e}");
+    let e = m2
+        .allocate(&p3, &container("c", 1))
+        .await
+        .expect_err("both held");
+    assert!(
+        e.to_string()
+            .starts_with("requested number of devices unavailable"),
+        "{e}"
+    );
     m2.stop();
 }
 
@@ -310,7 +399,9 @@ async fn pods_no_longer_active_free_their_devices() {
     pods.uids.lock().remove("p1");
     // Allocation frees the devices of inactive pods first.
     let p3 = pod("p3", vec![], vec![container("c", 1)]);
-    m.allocate(&p3, &container("c", 1)).await.expect("p1's device is free");
+    m.allocate(&p3, &container("c", 1))
+        .await
+        .expect("p1's device is free");
     assert!(!m.has_pod("p1"));
     pods.uids.lock().remove("p2");
     m.update_allocated_devices();
@@ -328,7 +419,11 @@ async fn a_stream_that_ends_makes_devices_unhealthy_and_the_resource_goes_after_
     let c = wait_capacity(&m, 2, 0).await;
     assert!(c.deleted.is_empty());
     clock.advance(Duration::from_secs(4 * 60));
-    assert_eq!(m.get_capacity().await.capacity.get(RES), Some(&2), "still within the grace period");
+    assert_eq!(
+        m.get_capacity().await.capacity.get(RES),
+        Some(&2),
+        "still within the grace period"
+    );
     clock.advance(Duration::from_secs(61 + 60));
     let c = m.get_capacity().await;
     assert_eq!(c.deleted, vec![RES.to_string()]);
@@ -345,12 +440,18 @@ async fn re_registration_replaces_the_endpoint() {
     let new = FakePlugin::start(
         &dir.path().join("device-plugins"),
         "fake2.sock",
-        vec![device("dev-a", true), device("dev-b", true), device("dev-c", true)],
+        vec![
+            device("dev-a", true),
+            device("dev-b", true),
+            device("dev-c", true),
+        ],
         DevicePluginOptions::default(),
         vec![],
     )
     .await;
-    new.register(&m.socket_path(), RES, "v1beta1").await.expect("register");
+    new.register(&m.socket_path(), RES, "v1beta1")
+        .await
+        .expect("register");
     wait_capacity(&m, 3, 3).await;
     // The old plugin going away no longer affects the resource.
     old.stop().await;
@@ -363,7 +464,13 @@ async fn re_registration_replaces_the_endpoint() {
 async fn plugin_watcher_registration_goes_through_the_handler() {
     let dir = tempfile::tempdir().expect("tmp");
     let (m, _) = started(dir.path(), FakePods::ready_with(&[])).await;
-    let p = plugin(dir.path(), "watched.sock", DevicePluginOptions::default(), vec![]).await;
+    let p = plugin(
+        dir.path(),
+        "watched.sock",
+        DevicePluginOptions::default(),
+        vec![],
+    )
+    .await;
     let versions = vec!["v1beta1".to_string()];
     let reg = PluginRegistration {
         name: RES,
@@ -379,14 +486,25 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
         })
         .await
         .expect_err("version");
-    assert_eq!(e.to_string(), r#"manager version, v1beta1, is not among plugin supported versions ["v1"]"#);
+    assert_eq!(
+        e.to_string(),
+        r#"manager version, v1beta1, is not among plugin supported versions ["v1"]"#
+    );
     let e = m
-        .validate_plugin(&PluginRegistration { name: "gpu", ..reg.clone() })
+        .validate_plugin(&PluginRegistration {
+            name: "gpu",
+            ..reg.clone()
+        })
         .await
         .expect_err("name");
-    assert_eq!(e.to_string(), r#"invalid name of device plugin socket: the ResourceName "gpu" is invalid"#);
+    assert_eq!(
+        e.to_string(),
+        r#"invalid name of device plugin socket: the ResourceName "gpu" is invalid"#
+    );
 
-    m.register_plugin(&reg, Duration::from_secs(5)).await.expect("register");
+    m.register_plugin(&reg, Duration::from_secs(5))
+        .await
+        .expect("register");
     wait_capacity(&m, 2, 2).await;
     m.deregister_plugin(RES, &p.socket).await;
     wait_capacity(&m, 2, 0).await;
