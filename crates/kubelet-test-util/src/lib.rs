@@ -1,7 +1,8 @@
 //! Test utilities shared by every kubelet-rs crate's tests, compiled once:
 //! the in-process apiserver double with admin and node clients ([`Cluster`]),
 //! a recorder that keeps events ([`RecordingRecorder`]), pod builders
-//! ([`pods`]) and the fake CRI runtime (re-exported from `cri`).
+//! ([`pods`]), the fake CRI runtime (re-exported from `cri`) and a
+//! host-path CSI driver with its registrar ([`csi_driver`]).
 //!
 //! Clients here are built with kube-rs alone, not with the kubelet's client
 //! code, so tests of that code are not checked by the code itself.
@@ -14,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod blocking;
+pub mod csi_driver;
 pub mod pods;
 
 use apiserver_double::{ApiServer, Options};

@@ -1,0 +1,498 @@
+//! A host-path CSI driver for tests, written from the CSI spec (v1.x,
+//! `container-storage-interface/spec` `spec.md`), together with the
+//! node-driver-registrar's side of the kubelet plugin registration API
+//! (`pluginregistration.v1`), as `csi-driver-host-path` and its registrar
+//! sidecar are deployed beside a real kubelet.
+//!
+//! [`CsiDriver::start`] serves Identity, Node and Controller on the CSI
+//! socket the test names and, when asked, `Registration` on
+//! `<registry dir>/<driver>-reg.sock` so the kubelet's plugin watcher finds
+//! it. Volumes live under a data directory: staging bind-mounts a volume's
+//! directory on the staging path, publishing bind-mounts the staged
+//! directory (or the volume's directory) on the target path, read-only
+//! when asked; block volumes are regular files bind-mounted onto a file.
+//! Every call is recorded ([`Call`]); any method can be made to fail with a
+//! gRPC code or to hang ([`Fault`]). [`api`] has what the control plane
+//! does for a driver: its CSIDriver object and the attacher's
+//! VolumeAttachment.
+//!
+//! Mounting needs root, as a real driver does.
+
+pub mod api;
+mod controller;
+mod identity;
+mod mount;
+mod node;
+mod registrar;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use kubelet_csi::pb;
+use parking_lot::Mutex;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Status};
+
+pub use registrar::RegistrationStatus;
+
+/// The plugin API versions the registrar offers (node-driver-registrar
+/// answers `1.0.0`).
+pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
+
+/// The volume context key the kubelet sets for CSI ephemeral inline volumes.
+pub const EPHEMERAL_CONTEXT_KEY: &str = "csi.storage.k8s.io/ephemeral";
+
+/// Size of the file standing in for a block volume.
+pub const BLOCK_SIZE: u64 = 1 << 20;
+
+/// How the driver behaves.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// The driver name (`GetPluginInfo`, the registration's name).
+    pub name: String,
+    /// `vendor_version` of `GetPluginInfo`.
+    pub vendor_version: String,
+    /// `NodeGetInfo.node_id`.
+    pub node_id: String,
+    /// `NodeGetInfo.accessible_topology` segments; empty: none.
+    pub topology: BTreeMap<String, String>,
+    /// `NodeGetInfo.max_volumes_per_node` (0: no limit).
+    pub max_volumes: i64,
+    /// The node capability `STAGE_UNSTAGE_VOLUME`.
+    pub stage_unstage: bool,
+    /// The node capability `GET_VOLUME_STATS`.
+    pub get_volume_stats: bool,
+    /// The node capability `EXPAND_VOLUME` (and online expansion).
+    pub expand: bool,
+    /// The node capability `VOLUME_MOUNT_GROUP`.
+    pub volume_mount_group: bool,
+    /// The controller capability `PUBLISH_UNPUBLISH_VOLUME` (attach).
+    pub controller_publish: bool,
+    /// Where volumes live (`<data_dir>/<volume id>`).
+    pub data_dir: PathBuf,
+}
+
+impl DriverConfig {
+    /// A driver named `name` for node `node_id`, keeping volumes in
+    /// `data_dir`, with staging and stats on and the rest off.
+    pub fn new(name: &str, node_id: &str, data_dir: &Path) -> Self {
+        Self {
+            name: name.to_string(),
+            vendor_version: "v0.0.1-kubelet-rs-test".into(),
+            node_id: node_id.to_string(),
+            topology: BTreeMap::from([(
+                "topology.hostpath.csi/node".to_string(),
+                node_id.to_string(),
+            )]),
+            max_volumes: 0,
+            stage_unstage: true,
+            get_volume_stats: true,
+            expand: false,
+            volume_mount_group: false,
+            controller_publish: false,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+}
+
+/// One call the driver received, with its request.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// Identity `GetPluginInfo`.
+    GetPluginInfo,
+    /// Identity `GetPluginCapabilities`.
+    GetPluginCapabilities,
+    /// Identity `Probe`.
+    Probe,
+    /// Node `NodeGetInfo`.
+    NodeGetInfo,
+    /// Node `NodeGetCapabilities`.
+    NodeGetCapabilities,
+    /// Node `NodeStageVolume`.
+    NodeStageVolume(pb::NodeStageVolumeRequest),
+    /// Node `NodeUnstageVolume`.
+    NodeUnstageVolume(pb::NodeUnstageVolumeRequest),
+    /// Node `NodePublishVolume`.
+    NodePublishVolume(pb::NodePublishVolumeRequest),
+    /// Node `NodeUnpublishVolume`.
+    NodeUnpublishVolume(pb::NodeUnpublishVolumeRequest),
+    /// Node `NodeGetVolumeStats`.
+    NodeGetVolumeStats(pb::NodeGetVolumeStatsRequest),
+    /// Node `NodeExpandVolume`.
+    NodeExpandVolume(pb::NodeExpandVolumeRequest),
+    /// Controller `ControllerGetCapabilities`.
+    ControllerGetCapabilities,
+    /// Controller `CreateVolume`.
+    CreateVolume(pb::CreateVolumeRequest),
+    /// Controller `DeleteVolume`.
+    DeleteVolume(pb::DeleteVolumeRequest),
+    /// Controller `ControllerPublishVolume`.
+    ControllerPublishVolume(pb::ControllerPublishVolumeRequest),
+    /// Controller `ControllerUnpublishVolume`.
+    ControllerUnpublishVolume(pb::ControllerUnpublishVolumeRequest),
+    /// Controller `ControllerExpandVolume`.
+    ControllerExpandVolume(pb::ControllerExpandVolumeRequest),
+}
+
+/// A recorded call: the method (`NodeStageVolume`), the request, and the
+/// code it was answered with (`Ok` for success).
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The method's name, as in the proto.
+    pub method: &'static str,
+    /// The request.
+    pub request: Request,
+    /// The answer's code.
+    pub code: Code,
+}
+
+/// What a method does instead of its work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail every call with this code and message until cleared.
+    Fail(Code, String),
+    /// Fail the next call only.
+    FailOnce(Code, String),
+    /// Never answer until the fault is cleared (then do the work).
+    Hang,
+}
+
+/// A published target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The volume.
+    pub volume_id: String,
+    /// Mounted read-only.
+    pub readonly: bool,
+    /// A block volume (a file bind-mounted on a file).
+    pub block: bool,
+    /// An ephemeral inline volume (its data goes with its unpublish).
+    pub ephemeral: bool,
+}
+
+/// What the driver remembers across restarts (a real host-path driver
+/// keeps it in a state file).
+#[derive(Debug, Default)]
+pub(crate) struct VolumeState {
+    /// volume id → staging path.
+    pub staged: HashMap<String, PathBuf>,
+    /// target path → what is published there.
+    pub published: HashMap<PathBuf, Published>,
+    /// volume id → size the last NodeExpandVolume asked for.
+    pub expanded: HashMap<String, i64>,
+    /// volume id → group the last stage or publish applied.
+    pub mount_groups: HashMap<String, String>,
+    /// Ephemeral volumes whose data was removed by their unpublish.
+    pub ended: std::collections::HashSet<String>,
+}
+
+pub(crate) struct Shared {
+    pub config: Mutex<DriverConfig>,
+    pub calls: Mutex<Vec<Call>>,
+    pub faults: Mutex<HashMap<String, Fault>>,
+    pub fault_changed: watch::Sender<u64>,
+    pub volumes: Mutex<VolumeState>,
+    pub registrations: Mutex<Vec<RegistrationStatus>>,
+    pub registered: watch::Sender<usize>,
+}
+
+/// A cheap handle the gRPC services share.
+#[derive(Clone)]
+pub(crate) struct Driver(pub Arc<Shared>);
+
+impl Driver {
+    pub fn config(&self) -> DriverConfig {
+        self.0.config.lock().clone()
+    }
+
+    /// Waits out or applies the fault set for `method`, if any.
+    pub async fn gate(&self, method: &str) -> Result<(), Status> {
+        let mut changed = self.0.fault_changed.subscribe();
+        loop {
+            let fault = {
+                let mut faults = self.0.faults.lock();
+                let f = faults.get(method).or_else(|| faults.get("*")).cloned();
+                if let Some(Fault::FailOnce(..)) = f
+                    && faults.remove(method).is_none()
+                {
+                    faults.remove("*");
+                }
+                f
+            };
+            match fault {
+                None => return Ok(()),
+                Some(Fault::Fail(code, msg) | Fault::FailOnce(code, msg)) => {
+                    return Err(Status::new(code, msg));
+                }
+                Some(Fault::Hang) => {
+                    if changed.changed().await.is_err() {
+                        return Err(Status::unavailable("driver stopped"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records `request` and runs `work` behind the method's fault.
+    pub async fn call<T, F>(
+        &self,
+        method: &'static str,
+        request: Request,
+        work: F,
+    ) -> Result<tonic::Response<T>, Status>
+    where
+        F: std::future::Future<Output = Result<T, Status>>,
+    {
+        let result = match self.gate(method).await {
+            Ok(()) => work.await,
+            Err(s) => Err(s),
+        };
+        let code = result.as_ref().err().map_or(Code::Ok, Status::code);
+        tracing::debug!(method, ?code, "test CSI driver call");
+        self.0.calls.lock().push(Call {
+            method,
+            request,
+            code,
+        });
+        result.map(tonic::Response::new)
+    }
+}
+
+/// A running driver.
+pub struct CsiDriver {
+    driver: Driver,
+    socket: PathBuf,
+    registration: Option<PathBuf>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(path);
+    UnixListener::bind(path)
+}
+
+impl CsiDriver {
+    /// Serves Identity, Node and Controller on `socket`, and, when
+    /// `registry_dir` is given, the registration service on
+    /// `<registry_dir>/<name>-reg.sock` naming `socket` as the endpoint.
+    pub async fn start(
+        config: DriverConfig,
+        socket: &Path,
+        registry_dir: Option<&Path>,
+    ) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&config.data_dir)?;
+        let registration = registry_dir.map(|d| d.join(format!("{}-reg.sock", config.name)));
+        let shared = Shared {
+            config: Mutex::new(config),
+            calls: Mutex::default(),
+            faults: Mutex::default(),
+            fault_changed: watch::channel(0).0,
+            volumes: Mutex::default(),
+            registrations: Mutex::default(),
+            registered: watch::channel(0).0,
+        };
+        let mut d = Self {
+            driver: Driver(Arc::new(shared)),
+            socket: socket.to_path_buf(),
+            registration,
+            stop: watch::channel(false).0,
+            tasks: Vec::new(),
+        };
+        d.serve()?;
+        Ok(d)
+    }
+
+    fn serve(&mut self) -> std::io::Result<()> {
+        use kubelet_csi::pb::controller_server::ControllerServer;
+        use kubelet_csi::pb::identity_server::IdentityServer;
+        use kubelet_csi::pb::node_server::NodeServer;
+        use kubelet_pluginmanager::pb::registration_server::RegistrationServer;
+
+        self.stop.send_replace(false);
+        let csi = bind(&self.socket)?;
+        let mut stop = self.stop.subscribe();
+        let driver = self.driver.clone();
+        let server = tonic::transport::Server::builder()
+            .add_service(IdentityServer::new(driver.clone()))
+            .add_service(NodeServer::new(driver.clone()))
+            .add_service(ControllerServer::new(driver))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(csi),
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            );
+        self.tasks.push(tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "test CSI driver server ended");
+            }
+        }));
+        if let Some(path) = &self.registration {
+            let reg = bind(path)?;
+            let mut stop = self.stop.subscribe();
+            let svc = registrar::Registrar {
+                driver: self.driver.clone(),
+                endpoint: self.socket.clone(),
+            };
+            let server = tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(svc))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::UnixListenerStream::new(reg),
+                    async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    },
+                );
+            self.tasks.push(tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    tracing::warn!(error = %e, "test registrar server ended");
+                }
+            }));
+        }
+        Ok(())
+    }
+
+    /// Stops serving and removes both sockets (a driver pod going away).
+    /// Volumes stay mounted and the driver's state is kept.
+    pub async fn stop(&mut self) {
+        self.stop.send_replace(true);
+        // Hanging calls end too.
+        self.driver.0.fault_changed.send_modify(|g| *g += 1);
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        if let Some(p) = &self.registration {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Stops and serves again on the same sockets, keeping its state (a
+    /// driver pod restarted).
+    pub async fn restart(&mut self) -> std::io::Result<()> {
+        self.stop().await;
+        self.serve()
+    }
+
+    /// The CSI socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The registration socket, if the driver registers.
+    pub fn registration_socket(&self) -> Option<&Path> {
+        self.registration.as_deref()
+    }
+
+    /// Changes the configuration (capabilities answer from the next call).
+    pub fn configure(&self, f: impl FnOnce(&mut DriverConfig)) {
+        f(&mut self.driver.0.config.lock());
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.driver.0.calls.lock().clone()
+    }
+
+    /// The calls of `method`, in order.
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == method)
+            .collect()
+    }
+
+    /// Forgets the recorded calls.
+    pub fn clear_calls(&self) {
+        self.driver.0.calls.lock().clear();
+    }
+
+    /// Sets a fault on `method` (`NodePublishVolume`, or `*` for all).
+    pub fn set_fault(&self, method: &str, fault: Fault) {
+        self.driver
+            .0
+            .faults
+            .lock()
+            .insert(method.to_string(), fault);
+        self.driver.0.fault_changed.send_modify(|g| *g += 1);
+    }
+
+    /// Clears the fault on `method`; hanging calls go on.
+    pub fn clear_fault(&self, method: &str) {
+        self.driver.0.faults.lock().remove(method);
+        self.driver.0.fault_changed.send_modify(|g| *g += 1);
+    }
+
+    /// What is published on each target path.
+    pub fn published(&self) -> HashMap<PathBuf, Published> {
+        self.driver.0.volumes.lock().published.clone()
+    }
+
+    /// The staging path of each staged volume.
+    pub fn staged(&self) -> HashMap<String, PathBuf> {
+        self.driver.0.volumes.lock().staged.clone()
+    }
+
+    /// The size the last NodeExpandVolume of `volume_id` asked for.
+    pub fn expanded_size(&self, volume_id: &str) -> Option<i64> {
+        self.driver
+            .0
+            .volumes
+            .lock()
+            .expanded
+            .get(volume_id)
+            .copied()
+    }
+
+    /// The directory (mount volumes) or file (block) holding `volume_id`.
+    pub fn volume_path(&self, volume_id: &str) -> PathBuf {
+        node::volume_dir(&self.driver.config(), volume_id)
+    }
+
+    /// The registration statuses the kubelet reported, in order.
+    pub fn registration_statuses(&self) -> Vec<RegistrationStatus> {
+        self.driver.0.registrations.lock().clone()
+    }
+
+    /// Waits up to `limit` for the kubelet to report a registration;
+    /// the last status, if any came.
+    pub async fn wait_registration(&self, limit: Duration) -> Option<RegistrationStatus> {
+        let mut rx = self.driver.0.registered.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n > 0)).await;
+        self.registration_statuses().last().cloned()
+    }
+}
+
+impl Drop for CsiDriver {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+        self.driver.0.fault_changed.send_modify(|g| *g += 1);
+        let _ = std::fs::remove_file(&self.socket);
+        if let Some(p) = &self.registration {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A gRPC channel to the unix socket at `path` (for CSI or registration
+/// clients), failing after `limit`.
+pub async fn connect(path: &Path, limit: Duration) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(limit)
+        .timeout(limit)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
