@@ -10,6 +10,7 @@ mod providers;
 mod ratelimit;
 mod serve;
 mod server;
+mod server_v1alpha1;
 
 #[cfg(test)]
 mod tests;
@@ -34,4 +35,11 @@ pub const SOCKET_NAME: &str = "kubelet.sock";
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod pb {
     tonic::include_proto!("v1");
+}
+
+/// Generated protobuf messages and gRPC stubs for the deprecated
+/// `podresources.v1alpha1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb_v1alpha1 {
+    tonic::include_proto!("v1alpha1");
 }

@@ -14,6 +14,9 @@ pub enum ApiMethod {
     Get,
     /// `GetAllocatableResources`.
     GetAllocatable,
+    /// v1alpha1 `List`: counted in the total only, with
+    /// `server_api_version="v1alpha1"`.
+    V1alpha1List,
 }
 
 impl ApiMethod {
@@ -23,11 +26,20 @@ impl ApiMethod {
             Self::List => "list",
             Self::Get => "get",
             Self::GetAllocatable => "get_allocatable",
+            Self::V1alpha1List => "list",
+        }
+    }
+
+    /// The `server_api_version` label.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Self::V1alpha1List => "v1alpha1",
+            _ => "v1",
         }
     }
 }
 
-/// Receives the request counts; `server_api_version` is always `v1` here.
+/// Receives the request counts.
 pub trait PodResourcesMetrics: Send + Sync + 'static {
     /// A request reached `method` (counts in the total and the method's
     /// counter).

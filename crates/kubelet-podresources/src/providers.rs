@@ -19,9 +19,10 @@ pub struct PodInfo {
     pub name: String,
     /// `metadata.namespace`.
     pub namespace: String,
-    /// The containers reported, in upstream's order: restartable init
-    /// containers (sidecars) first, then the regular containers. Other init
-    /// containers are left out.
+    /// Restartable init containers (sidecars), reported by v1 before the
+    /// regular containers. Other init containers are never reported.
+    pub sidecars: Vec<String>,
+    /// The regular containers.
     pub containers: Vec<String>,
 }
 
@@ -33,19 +34,30 @@ impl PodInfo {
             .and_then(|s| s.init_containers.as_deref())
             .unwrap_or_default()
             .iter()
-            .filter(|c| kubelet_types::pod::is_restartable_init_container(c));
+            .filter(|c| kubelet_types::pod::is_restartable_init_container(c))
+            .map(|c| c.name.clone())
+            .collect();
         let regular = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
         Self {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            containers: sidecars.chain(regular).map(|c| c.name.clone()).collect(),
+            sidecars,
+            containers: regular.iter().map(|c| c.name.clone()).collect(),
         }
+    }
+
+    /// The containers v1 reports, in upstream's order: sidecars first.
+    pub fn v1_containers(&self) -> impl Iterator<Item = &String> {
+        self.sidecars.iter().chain(&self.containers)
     }
 }
 
 /// The kubelet's pods (upstream `PodsProvider`).
 pub trait PodsProvider: Send + Sync + 'static {
+    /// Every pod the kubelet knows, terminated ones included (upstream
+    /// `GetPods`; v1alpha1 lists these).
+    fn pods(&self) -> Vec<PodInfo>;
     /// Pods admitted and not yet terminated (upstream `GetActivePods`).
     fn active_pods(&self) -> Vec<PodInfo>;
     /// Any pod the kubelet knows by namespace and name (upstream
@@ -181,6 +193,9 @@ mod tests {
         assert_eq!(info.uid, "u1");
         assert_eq!(info.name, "p");
         assert_eq!(info.namespace, "ns");
-        assert_eq!(info.containers, vec!["proxy", "app", "log"]);
+        assert_eq!(info.sidecars, vec!["proxy"]);
+        assert_eq!(info.containers, vec!["app", "log"]);
+        let v1: Vec<_> = info.v1_containers().collect();
+        assert_eq!(v1, vec!["proxy", "app", "log"]);
     }
 }

@@ -13,7 +13,9 @@ use tracing::info;
 
 use crate::error::Error;
 use crate::pb::pod_resources_lister_server::PodResourcesListerServer;
+use crate::pb_v1alpha1::pod_resources_lister_server::PodResourcesListerServer as V1alpha1Server;
 use crate::server::PodResourcesServer;
+use crate::server_v1alpha1::V1alpha1PodResourcesServer;
 use crate::{POD_RESOURCES_DIR_NAME, SOCKET_NAME};
 
 /// Mode of the socket directory when the kubelet creates it.
@@ -66,7 +68,8 @@ fn prepare(socket: &Path) -> Result<(), Error> {
     }
 }
 
-/// Serves `server` on `listener` until `cancel` fires.
+/// Serves `server` on `listener` until `cancel` fires, as v1 and as the
+/// deprecated v1alpha1 (both behind the one rate limit, as upstream).
 pub async fn serve(
     listener: UnixListener,
     server: PodResourcesServer,
@@ -78,6 +81,9 @@ pub async fn serve(
         info!(socket = %path.display(), "Starting to serve the podresources API");
     }
     tonic::transport::Server::builder()
+        .add_service(V1alpha1Server::new(V1alpha1PodResourcesServer(
+            server.clone(),
+        )))
         .add_service(PodResourcesListerServer::new(server))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), cancel.cancelled_owned())
         .await

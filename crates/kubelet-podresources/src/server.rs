@@ -20,7 +20,7 @@ use crate::ratelimit::{LIMIT_EXCEEDED, RateLimit};
 /// The pod-resources v1 service over its providers.
 #[derive(Clone)]
 pub struct PodResourcesServer {
-    providers: PodResourcesProviders,
+    pub(crate) providers: PodResourcesProviders,
     limit: Arc<RateLimit>,
     metrics: Arc<dyn PodResourcesMetrics>,
 }
@@ -43,7 +43,7 @@ impl PodResourcesServer {
         self
     }
 
-    fn admit(&self, method: ApiMethod) -> Result<(), Status> {
+    pub(crate) fn admit(&self, method: ApiMethod) -> Result<(), Status> {
         if self.limit.allow() {
             self.metrics.request(method);
             Ok(())
@@ -59,8 +59,7 @@ impl PodResourcesServer {
             name: pod.name.clone(),
             namespace: pod.namespace.clone(),
             containers: pod
-                .containers
-                .iter()
+                .v1_containers()
                 .map(|name| ContainerResources {
                     name: name.clone(),
                     devices: p.devices.devices(&pod.uid, name),

@@ -25,6 +25,9 @@ use crate::{
 struct FakePods(Vec<PodInfo>, Vec<PodInfo>);
 
 impl PodsProvider for FakePods {
+    fn pods(&self) -> Vec<PodInfo> {
+        self.0.iter().chain(&self.1).cloned().collect()
+    }
     fn active_pods(&self) -> Vec<PodInfo> {
         self.0.clone()
     }
@@ -112,29 +115,31 @@ impl PodResourcesMetrics for FakeMetrics {
     }
 }
 
-fn pod(uid: &str, ns: &str, name: &str, containers: &[&str]) -> PodInfo {
+fn pod(uid: &str, ns: &str, name: &str, sidecars: &[&str], containers: &[&str]) -> PodInfo {
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
     PodInfo {
         uid: uid.into(),
         name: name.into(),
         namespace: ns.into(),
-        containers: containers.iter().map(|s| s.to_string()).collect(),
+        sidecars: names(sidecars),
+        containers: names(containers),
     }
 }
 
-async fn client(socket: &Path) -> PodResourcesListerClient<Channel> {
+async fn channel(socket: &Path) -> Channel {
     let path = socket.to_path_buf();
-    let channel = Endpoint::from_static("http://[::]:50051")
+    Endpoint::from_static("http://[::]:50051")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
         }))
         .await
-        .expect("connect to the pod-resources socket");
-    PodResourcesListerClient::new(channel)
+        .expect("connect to the pod-resources socket")
 }
 
 struct Served {
     client: PodResourcesListerClient<Channel>,
+    channel: Channel,
     devices: Arc<FakeDevices>,
     metrics: Arc<FakeMetrics>,
     stop: CancellationToken,
@@ -161,10 +166,10 @@ async fn start(limit: RateLimit) -> Served {
     let providers = PodResourcesProviders {
         pods: Arc::new(FakePods(
             vec![
-                pod("uid-a", "default", "gpu-pod", &["sidecar", "app"]),
-                pod("uid-b", "kube-system", "plain", &["main"]),
+                pod("uid-a", "default", "gpu-pod", &["sidecar"], &["app"]),
+                pod("uid-b", "kube-system", "plain", &[], &["main"]),
             ],
-            vec![pod("uid-c", "default", "finished", &["done"])],
+            vec![pod("uid-c", "default", "finished", &[], &["done"])],
         )),
         devices: devices.clone(),
         cpus: Arc::new(FakeCpus),
@@ -175,8 +180,10 @@ async fn start(limit: RateLimit) -> Served {
     let metrics = Arc::new(FakeMetrics::default());
     let server = PodResourcesServer::new(providers, limit).with_metrics(metrics.clone());
     tokio::spawn(serve(listener, server, stop.clone()));
+    let channel = channel(&socket).await;
     Served {
-        client: client(&socket).await,
+        client: PodResourcesListerClient::new(channel.clone()),
+        channel,
         devices,
         metrics,
         stop,
@@ -298,6 +305,35 @@ async fn requests_beyond_the_burst_are_rejected_by_the_rate_limit() {
     assert_eq!(
         *s.metrics.counts.lock(),
         vec![("request", ApiMethod::List); 3]
+    );
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn v1alpha1_lists_every_pod_with_regular_containers_only() {
+    use crate::pb_v1alpha1::ListPodResourcesRequest as AlphaList;
+    use crate::pb_v1alpha1::pod_resources_lister_client::PodResourcesListerClient as AlphaClient;
+
+    let s = start(RateLimit::default()).await;
+    let mut alpha = AlphaClient::new(s.channel.clone());
+    let list = alpha
+        .list(AlphaList {})
+        .await
+        .expect("v1alpha1 list")
+        .into_inner();
+    let names: Vec<_> = list.pod_resources.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, vec!["gpu-pod", "plain", "finished"]);
+    let gpu_pod = &list.pod_resources[0];
+    assert_eq!(gpu_pod.containers.len(), 1);
+    assert_eq!(gpu_pod.containers[0].name, "app");
+    assert_eq!(
+        gpu_pod.containers[0].devices[0].resource_name,
+        "example.com/gpu"
+    );
+    assert_eq!(gpu_pod.containers[0].devices[0].device_ids, vec!["gpu1"]);
+    assert_eq!(
+        *s.metrics.counts.lock(),
+        vec![("request", ApiMethod::V1alpha1List)]
     );
     s.stop.cancel();
 }
