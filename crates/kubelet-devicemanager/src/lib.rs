@@ -24,6 +24,7 @@ pub mod pod_devices;
 mod registration;
 pub mod resource_name;
 mod seams;
+pub mod stub;
 
 #[cfg(test)]
 mod tests;

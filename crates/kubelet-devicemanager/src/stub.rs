@@ -1,7 +1,9 @@
-//! A small device plugin (what upstream's `stub.go` does): serves
-//! `DevicePlugin` on `<dir>/<name>`, streams its device list on every change,
-//! answers `Allocate` with an env, a mount and a device node per device, and
-//! registers with the kubelet's `Registration` socket.
+//! A small device plugin (upstream `plugin/v1beta1/stub.go`), for tests of
+//! the kubelet against the deviceplugin API: it serves `DevicePlugin` on a
+//! socket, streams its device list on every change, answers
+//! `GetPreferredAllocation` from a fixed preference, `Allocate` with an env,
+//! a mount and a device node per device (or what a custom function
+//! returns), records every call, and registers with the kubelet.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,13 +22,23 @@ use tonic::{Request, Response, Status};
 
 use crate::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::v1beta1::registration_client::RegistrationClient;
-use crate::v1beta1::*;
+use crate::v1beta1::{
+    AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse,
+    ContainerPreferredAllocationRequest, ContainerPreferredAllocationResponse, Device,
+    DevicePluginOptions, DeviceSpec, Empty, HEALTHY, ListAndWatchResponse, Mount,
+    PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
+    PreferredAllocationResponse, RegisterRequest, UNHEALTHY, VERSION,
+};
 
 type ListAndWatchStream = std::pin::Pin<
     Box<dyn tokio_stream::Stream<Item = Result<ListAndWatchResponse, Status>> + Send + 'static>,
 >;
 
-pub(crate) fn device(id: &str, healthy: bool) -> Device {
+/// What the stub answers to `Allocate` for one container's device ids.
+pub type AllocateFn = Arc<dyn Fn(&[String]) -> ContainerAllocateResponse + Send + Sync>;
+
+/// A device with the given id and health.
+pub fn device(id: &str, healthy: bool) -> Device {
     Device {
         id: id.to_string(),
         health: if healthy { HEALTHY } else { UNHEALTHY }.to_string(),
@@ -34,17 +46,79 @@ pub(crate) fn device(id: &str, healthy: bool) -> Device {
     }
 }
 
-#[derive(Default)]
-pub(crate) struct Calls {
+/// The stub's default `Allocate` answer: `STUB_DEVICES=<ids joined by ,>`,
+/// a read-only mount of `/opt/stub` at `/usr/local/stub`, `/dev/host-<id>`
+/// as `/dev/<id>` (rw), an annotation and a CDI device per id.
+pub fn default_allocate(ids: &[String]) -> ContainerAllocateResponse {
+    ContainerAllocateResponse {
+        envs: BTreeMap::from([("STUB_DEVICES".to_string(), ids.join(","))]),
+        mounts: vec![Mount {
+            container_path: "/usr/local/stub".into(),
+            host_path: "/opt/stub".into(),
+            read_only: true,
+        }],
+        devices: ids
+            .iter()
+            .map(|d| DeviceSpec {
+                container_path: format!("/dev/{d}"),
+                host_path: format!("/dev/host-{d}"),
+                permissions: "rw".into(),
+            })
+            .collect(),
+        annotations: BTreeMap::from([("stub/annotation".to_string(), "yes".to_string())]),
+        cdi_devices: ids
+            .iter()
+            .map(|d| CdiDevice {
+                name: format!("stub.example.com/dev={d}"),
+            })
+            .collect(),
+    }
+}
+
+/// The calls the stub received.
+#[derive(Debug, Default, Clone)]
+pub struct Calls {
+    /// Device ids of each `Allocate` container request.
     pub allocate: Vec<Vec<String>>,
+    /// Each `GetPreferredAllocation` container request.
     pub preferred: Vec<ContainerPreferredAllocationRequest>,
+    /// Device ids of each `PreStartContainer`.
     pub pre_start: Vec<Vec<String>>,
 }
 
+/// How the stub behaves.
+#[derive(Clone)]
+pub struct StubConfig {
+    /// Its `GetDevicePluginOptions` answer.
+    pub options: DevicePluginOptions,
+    /// Device ids it prefers, in order, among those offered.
+    pub preferred: Vec<String>,
+    /// Its `Allocate` answer per container.
+    pub allocate: AllocateFn,
+}
+
+impl Default for StubConfig {
+    fn default() -> Self {
+        Self {
+            options: DevicePluginOptions::default(),
+            preferred: Vec::new(),
+            allocate: Arc::new(default_allocate),
+        }
+    }
+}
+
+impl std::fmt::Debug for StubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StubConfig")
+            .field("options", &self.options)
+            .field("preferred", &self.preferred)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Service {
-    opts: DevicePluginOptions,
+    config: StubConfig,
     devices: watch::Receiver<Vec<Device>>,
-    preferred: Vec<String>,
     calls: Arc<Mutex<Calls>>,
     stop: CancellationToken,
 }
@@ -55,14 +129,14 @@ impl DevicePlugin for Service {
         &self,
         _: Request<Empty>,
     ) -> Result<Response<DevicePluginOptions>, Status> {
-        Ok(Response::new(self.opts))
+        Ok(Response::new(self.config.options))
     }
 
     async fn list_and_watch(
         &self,
         _: Request<Empty>,
     ) -> Result<Response<ListAndWatchStream>, Status> {
-        // Forward every device list until the plugin stops; then the stream ends.
+        // Forward every device list until the stub stops; then the stream ends.
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         let mut devices = WatchStream::new(self.devices.clone());
         let stop = self.stop.clone();
@@ -98,6 +172,7 @@ impl DevicePlugin for Service {
             .iter()
             .map(|c| ContainerPreferredAllocationResponse {
                 device_i_ds: self
+                    .config
                     .preferred
                     .iter()
                     .filter(|d| c.available_device_i_ds.contains(d))
@@ -116,37 +191,13 @@ impl DevicePlugin for Service {
         req: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
         let r = req.into_inner();
-        let mut out = Vec::new();
+        let mut container_responses = Vec::new();
         for c in r.container_requests {
             self.calls.lock().allocate.push(c.devices_ids.clone());
-            out.push(ContainerAllocateResponse {
-                envs: BTreeMap::from([("FAKE_DEVICES".to_string(), c.devices_ids.join(","))]),
-                mounts: vec![Mount {
-                    container_path: "/usr/local/fake".into(),
-                    host_path: "/opt/fake".into(),
-                    read_only: true,
-                }],
-                devices: c
-                    .devices_ids
-                    .iter()
-                    .map(|d| DeviceSpec {
-                        container_path: format!("/dev/{d}"),
-                        host_path: format!("/dev/host-{d}"),
-                        permissions: "rw".into(),
-                    })
-                    .collect(),
-                annotations: BTreeMap::from([("fake/annotation".to_string(), "yes".to_string())]),
-                cdi_devices: c
-                    .devices_ids
-                    .iter()
-                    .map(|d| CdiDevice {
-                        name: format!("fake.com/dev={d}"),
-                    })
-                    .collect(),
-            });
+            container_responses.push((self.config.allocate)(&c.devices_ids));
         }
         Ok(Response::new(AllocateResponse {
-            container_responses: out,
+            container_responses,
         }))
     }
 
@@ -162,33 +213,41 @@ impl DevicePlugin for Service {
     }
 }
 
-/// A running fake plugin.
-pub(crate) struct FakePlugin {
-    pub socket: PathBuf,
-    pub devices: watch::Sender<Vec<Device>>,
-    pub calls: Arc<Mutex<Calls>>,
+/// A running stub device plugin.
+pub struct Stub {
+    socket: PathBuf,
+    devices: watch::Sender<Vec<Device>>,
+    calls: Arc<Mutex<Calls>>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl FakePlugin {
-    pub(crate) async fn start(
-        dir: &Path,
-        name: &str,
-        devices: Vec<Device>,
-        opts: DevicePluginOptions,
-        preferred: Vec<String>,
-    ) -> Self {
-        let socket = dir.join(name);
-        let _ = std::fs::remove_file(&socket);
-        let listener = UnixListener::bind(&socket).expect("bind plugin socket");
+impl std::fmt::Debug for Stub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stub")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stub {
+    /// Serves the stub on `socket` (a stale file there is replaced).
+    ///
+    /// # Errors
+    /// When the socket cannot be bound.
+    pub fn start(socket: &Path, devices: Vec<Device>, config: StubConfig) -> std::io::Result<Self> {
+        match std::fs::remove_file(socket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let listener = UnixListener::bind(socket)?;
         let (tx, rx) = watch::channel(devices);
         let calls = Arc::new(Mutex::new(Calls::default()));
         let stop = CancellationToken::new();
         let svc = Service {
-            opts,
+            config,
             devices: rx,
-            preferred,
             calls: calls.clone(),
             stop: stop.clone(),
         };
@@ -202,17 +261,37 @@ impl FakePlugin {
                 )
                 .await;
         });
-        Self {
-            socket,
+        Ok(Self {
+            socket: socket.to_path_buf(),
             devices: tx,
             calls,
             stop,
             task,
-        }
+        })
     }
 
-    /// Registers with the kubelet socket as `resource`.
-    pub(crate) async fn register(
+    /// The socket the stub serves.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Replaces the device list; the kubelet receives it on `ListAndWatch`.
+    pub fn set_devices(&self, devices: Vec<Device>) {
+        self.devices.send_replace(devices);
+    }
+
+    /// The calls received so far.
+    pub fn calls(&self) -> Calls {
+        self.calls.lock().clone()
+    }
+
+    /// Registers with the kubelet's `Registration` socket as `resource`
+    /// speaking `version`; the endpoint is the stub's socket file name (it
+    /// must be in the same directory as `kubelet_sock`).
+    ///
+    /// # Errors
+    /// The kubelet's refusal, or a connection failure as `Status::unavailable`.
+    pub async fn register(
         &self,
         kubelet_sock: &Path,
         resource: &str,
@@ -222,38 +301,53 @@ impl FakePlugin {
             .socket
             .file_name()
             .and_then(|n| n.to_str())
-            .expect("socket name")
+            .unwrap_or_default()
             .to_string();
-        let mut client = registration_client(kubelet_sock).await;
-        client
-            .register(RegisterRequest {
-                version: version.to_string(),
-                endpoint,
-                resource_name: resource.to_string(),
-                options: None,
-            })
-            .await
-            .map(|_| ())
+        let mut client = registration_client(kubelet_sock, Duration::from_secs(10)).await?;
+        let req = RegisterRequest {
+            version: version.to_string(),
+            endpoint,
+            resource_name: resource.to_string(),
+            options: None,
+        };
+        match tokio::time::timeout(Duration::from_secs(30), client.register(req)).await {
+            Ok(res) => res.map(|_| ()),
+            Err(_) => Err(Status::deadline_exceeded("Register timed out")),
+        }
     }
 
-    /// Stops serving: the kubelet's ListAndWatch stream ends.
-    pub(crate) async fn stop(self) {
+    /// Registers as `resource` with this kubelet's API version.
+    ///
+    /// # Errors
+    /// As [`Stub::register`].
+    pub async fn register_v1beta1(
+        &self,
+        kubelet_sock: &Path,
+        resource: &str,
+    ) -> Result<(), Status> {
+        self.register(kubelet_sock, resource, VERSION).await
+    }
+
+    /// Stops serving and removes the socket: the kubelet's `ListAndWatch` ends.
+    pub async fn stop(self) {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
-        let _ = std::fs::remove_file(&self.socket);
+        let _ = tokio::fs::remove_file(&self.socket).await;
     }
 }
 
-pub(crate) async fn registration_client(
+async fn registration_client(
     sock: &Path,
-) -> RegistrationClient<tonic::transport::Channel> {
+    timeout: Duration,
+) -> Result<RegistrationClient<tonic::transport::Channel>, Status> {
     let path = sock.to_path_buf();
-    let channel = Endpoint::from_static("http://[::]:50051")
+    let endpoint = Endpoint::from_static("http://[::]:50051").connect_timeout(timeout);
+    let channel = endpoint
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
         }))
         .await
-        .expect("connect to kubelet.sock");
-    RegistrationClient::new(channel)
+        .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", sock.display())))?;
+    Ok(RegistrationClient::new(channel))
 }

@@ -14,8 +14,8 @@ use kubelet_pluginmanager::{PluginHandler, PluginRegistration};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::fake_plugin::{FakePlugin, device};
 use crate::checkpoint::CHECKPOINT_NAME;
+use crate::stub::{Stub, StubConfig, device};
 use crate::v1beta1::DevicePluginOptions;
 use crate::{ActivePods, Capacity, Clock, DeviceManager, DeviceManagerConfig};
 
@@ -117,17 +117,19 @@ async fn wait_capacity(m: &DeviceManager, cap: i64, alloc: i64) -> Capacity {
 async fn plugin(
     dir: &Path,
     name: &str,
-    opts: DevicePluginOptions,
+    options: DevicePluginOptions,
     preferred: Vec<String>,
-) -> FakePlugin {
-    FakePlugin::start(
-        &dir.join("device-plugins"),
-        name,
+) -> Stub {
+    Stub::start(
+        &dir.join("device-plugins").join(name),
         vec![device("dev-a", true), device("dev-b", true)],
-        opts,
-        preferred,
+        StubConfig {
+            options,
+            preferred,
+            ..StubConfig::default()
+        },
     )
-    .await
+    .expect("stub")
 }
 
 async fn registered(
@@ -135,7 +137,7 @@ async fn registered(
     m: &DeviceManager,
     opts: DevicePluginOptions,
     preferred: Vec<String>,
-) -> FakePlugin {
+) -> Stub {
     let p = plugin(dir, "fake.sock", opts, preferred).await;
     p.register(&m.socket_path(), RES, "v1beta1")
         .await
@@ -152,8 +154,7 @@ async fn registration_and_list_and_watch_set_capacity_and_unhealthy_devices_leav
     let p = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
     assert_eq!(m.get_allocatable_devices()[RES].len(), 2);
 
-    p.devices
-        .send_replace(vec![device("dev-a", true), device("dev-b", false)]);
+    p.set_devices(vec![device("dev-a", true), device("dev-b", false)]);
     let c = wait_capacity(&m, 2, 1).await;
     assert!(c.deleted.is_empty());
     assert_eq!(
@@ -209,18 +210,21 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
         .expect("p1 holds devices");
     assert_eq!(opts.envs.len(), 1);
     let (k, v) = &opts.envs[0];
-    assert_eq!(k, "FAKE_DEVICES");
+    assert_eq!(k, "STUB_DEVICES");
     assert_eq!(opts.devices.len(), 1);
     assert_eq!(opts.devices[0].container_path, format!("/dev/{v}"));
     assert_eq!(opts.devices[0].host_path, format!("/dev/host-{v}"));
     assert_eq!(opts.devices[0].permissions, "rw");
-    assert_eq!(opts.mounts[0].host_path, "/opt/fake");
+    assert_eq!(opts.mounts[0].host_path, "/opt/stub");
     assert!(opts.mounts[0].read_only);
     assert_eq!(
         opts.annotations,
-        vec![("fake/annotation".to_string(), "yes".to_string())]
+        vec![("stub/annotation".to_string(), "yes".to_string())]
     );
-    assert_eq!(opts.cdi_devices[0].name, format!("fake.com/dev={v}"));
+    assert_eq!(
+        opts.cdi_devices[0].name,
+        format!("stub.example.com/dev={v}")
+    );
 
     let p2 = pod("p2", vec![], vec![container("c", 1)]);
     m.allocate(&p2, &container("c", 1))
@@ -233,7 +237,7 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
         d2[RES].keys().next(),
         "two pods share a device"
     );
-    assert_eq!(p.calls.lock().allocate.len(), 2);
+    assert_eq!(p.calls().allocate.len(), 2);
 
     let p3 = pod("p3", vec![], vec![container("c", 1)]);
     let e = m
@@ -275,7 +279,7 @@ async fn preferred_allocation_is_honoured() {
         m.get_devices("p1", "c")[RES].keys().collect::<Vec<_>>(),
         vec!["dev-b"]
     );
-    let calls = p.calls.lock();
+    let calls = p.calls();
     assert_eq!(calls.preferred.len(), 1);
     assert_eq!(calls.preferred[0].allocation_size, 1);
     assert_eq!(
@@ -283,7 +287,6 @@ async fn preferred_allocation_is_honoured() {
         vec!["dev-a", "dev-b"]
     );
     assert_eq!(calls.allocate, vec![vec!["dev-b".to_string()]]);
-    drop(calls);
     m.stop();
 }
 
@@ -298,12 +301,12 @@ async fn pre_start_container_is_called_when_the_plugin_asks() {
     let p = registered(dir.path(), &m, opts, vec![]).await;
     let p1 = pod("p1", vec![], vec![container("c", 1)]);
     m.allocate(&p1, &container("c", 1)).await.expect("allocate");
-    assert!(p.calls.lock().pre_start.is_empty());
+    assert!(p.calls().pre_start.is_empty());
     m.get_device_run_container_options(&p1, &container("c", 1))
         .await
         .expect("options");
     let held: Vec<String> = m.get_devices("p1", "c")[RES].keys().cloned().collect();
-    assert_eq!(p.calls.lock().pre_start, vec![held]);
+    assert_eq!(p.calls().pre_start, vec![held]);
     m.stop();
 }
 
@@ -437,18 +440,16 @@ async fn re_registration_replaces_the_endpoint() {
     let dir = tempfile::tempdir().expect("tmp");
     let (m, _) = started(dir.path(), FakePods::ready_with(&[])).await;
     let old = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
-    let new = FakePlugin::start(
-        &dir.path().join("device-plugins"),
-        "fake2.sock",
+    let new = Stub::start(
+        &dir.path().join("device-plugins/fake2.sock"),
         vec![
             device("dev-a", true),
             device("dev-b", true),
             device("dev-c", true),
         ],
-        DevicePluginOptions::default(),
-        vec![],
+        StubConfig::default(),
     )
-    .await;
+    .expect("stub");
     new.register(&m.socket_path(), RES, "v1beta1")
         .await
         .expect("register");
@@ -474,7 +475,7 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
     let versions = vec!["v1beta1".to_string()];
     let reg = PluginRegistration {
         name: RES,
-        endpoint: &p.socket,
+        endpoint: p.socket(),
         versions: &versions,
     };
     m.validate_plugin(&reg).await.expect("valid");
@@ -506,7 +507,7 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
         .await
         .expect("register");
     wait_capacity(&m, 2, 2).await;
-    m.deregister_plugin(RES, &p.socket).await;
+    m.deregister_plugin(RES, p.socket()).await;
     wait_capacity(&m, 2, 0).await;
     m.stop();
 }

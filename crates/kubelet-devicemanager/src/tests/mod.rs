@@ -1,5 +1,4 @@
 //! Tests of the device manager against fake device plugins serving the
 //! generated `DevicePlugin` service on real unix sockets in a tempdir.
 
-mod fake_plugin;
 mod manager_tests;
