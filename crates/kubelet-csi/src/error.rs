@@ -16,8 +16,13 @@ pub enum Error {
     #[error("rpc error: code = {:?} desc = {}", .0.code(), .0.message())]
     Grpc(tonic::Status),
 
-    /// The driver's socket could not be dialled.
-    #[error("failed to connect to CSI driver at {endpoint}: {source}")]
+    /// The driver's socket could not be dialled (shown as gRPC-Go shows a
+    /// failed dial: `Unavailable`).
+    #[error(
+        "rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial unix {}: connect: {}\"",
+        .endpoint.display(),
+        innermost(.source)
+    )]
     Dial {
         /// The driver's socket.
         endpoint: PathBuf,
@@ -158,6 +163,15 @@ pub enum Error {
     },
 }
 
+/// The deepest cause of an error (the OS error under a transport error).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
 /// Go's `%q` of a `[]VolumeLifecycleMode`, or upstream's note when there is
 /// no CSIDriver.
 fn supported_text(supported: &Option<Vec<String>>) -> String {
@@ -220,6 +234,7 @@ impl Error {
                     | tonic::Code::Aborted
             ),
             Error::Step { source, .. } | Error::Phase { source, .. } => source.is_final(),
+            Error::Dial { .. } => false,
             _ => true,
         }
     }

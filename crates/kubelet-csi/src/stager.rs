@@ -172,24 +172,44 @@ impl CsiPlugin {
     /// driver stages, then the staging directory and `vol_data.json` go.
     pub async fn unmount_device(&self, driver: &str, volume_handle: &str) -> Result<()> {
         let staging = self.layout.device_mount_path(driver, volume_handle);
-        self.unstage(&staging, driver, volume_handle)
+        self.unstage(&staging, driver, volume_handle, false)
             .await
             .map_err(|e| e.phase("UnmountDevice", volume_handle))
     }
 
-    /// Unstages the block volume `spec_name` (upstream `TearDownDevice`).
+    /// Unstages the block volume `spec_name` (upstream `TearDownDevice`)
+    /// once no pod uses it, then removes its metadata and empty directories.
     pub async fn unmount_block_device(&self, spec_name: &str) -> Result<()> {
         let data_dir = self.layout.block_data_dir(spec_name);
         let data = load_volume_data(&data_dir).await?;
         let get = |k: &str| data.get(k).cloned().unwrap_or_default();
         let staging = self.layout.block_staging_path(spec_name);
-        self.unstage(&staging, &get(keys::DRIVER_NAME), &get(keys::VOLUME_HANDLE))
-            .await
-            .map_err(|e| e.phase("UnmapDevice", spec_name))?;
-        remove_mount_dir(&data_dir).await
+        self.unstage(
+            &staging,
+            &get(keys::DRIVER_NAME),
+            &get(keys::VOLUME_HANDLE),
+            true,
+        )
+        .await
+        .map_err(|e| e.phase("UnmapDevice", spec_name))?;
+        remove_if_present(&data_dir.join(crate::paths::VOL_DATA_FILE), true).await?;
+        for dir in [
+            data_dir.clone(),
+            self.layout.volume_devices_dir().join(spec_name),
+            self.layout.block_publish_dir(spec_name),
+        ] {
+            remove_if_present(&dir, false).await?;
+        }
+        Ok(())
     }
 
-    async fn unstage(&self, staging: &Path, driver: &str, volume_handle: &str) -> Result<()> {
+    async fn unstage(
+        &self,
+        staging: &Path,
+        driver: &str,
+        volume_handle: &str,
+        block: bool,
+    ) -> Result<()> {
         let client = self
             .client(driver)
             .await
@@ -200,13 +220,33 @@ impl CsiPlugin {
                 .node_unstage(volume_handle, staging, self.timeouts.operation)
                 .await?;
         }
-        remove_mount_dir(staging).await.map_err(|e| {
-            e.step(format!(
-                "failed to clean up global mount {}",
-                staging.display()
-            ))
-        })?;
+        if block {
+            // Only the volume's own staging directory: siblings are other volumes.
+            remove_if_present(staging, false).await?;
+        } else {
+            remove_mount_dir(staging).await.map_err(|e| {
+                e.step(format!(
+                    "failed to clean up global mount {}",
+                    staging.display()
+                ))
+            })?;
+        }
         tracing::info!(driver, staging = %staging.display(), staged = caps.stage_unstage, "CSI volume unstaged");
         Ok(())
+    }
+}
+
+/// Removes a file or an empty directory; a missing one is fine.
+async fn remove_if_present(path: &Path, file: bool) -> Result<()> {
+    let r = if file {
+        tokio::fs::remove_file(path).await
+    } else {
+        tokio::fs::remove_dir(path).await
+    };
+    match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io("failed to remove", path)(e))
+        }
+        _ => Ok(()),
     }
 }

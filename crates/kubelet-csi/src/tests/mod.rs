@@ -1,6 +1,7 @@
 //! Behaviour tests of the plugin against the fake driver and fake host:
 //! shared fixtures here, registration, mount and other operations in submodules.
 
+mod block;
 mod mount;
 mod ops;
 mod registration;
