@@ -7,6 +7,7 @@
 
 mod actual;
 mod client;
+mod desired;
 mod error;
 mod handler;
 mod manager;
@@ -20,6 +21,7 @@ mod tests;
 
 pub use actual::{ActualStateOfWorld, RegisteredPlugin};
 pub use client::CallTimeouts;
+pub use desired::DesiredStateOfWorld;
 pub use error::{DialFailure, Error};
 pub use handler::{CSI_PLUGIN, DEVICE_PLUGIN, HandlerError, PluginHandler, PluginRegistration};
 pub use manager::{

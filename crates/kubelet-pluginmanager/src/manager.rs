@@ -16,6 +16,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actual::ActualStateOfWorld;
 use crate::client::CallTimeouts;
+use crate::desired::DesiredStateOfWorld;
 use crate::error::Error;
 use crate::handler::PluginHandler;
 use crate::scan::{self, SocketIdentity};
@@ -71,6 +72,7 @@ impl Default for PluginManagerConfig {
 pub struct PluginManager {
     dir: PathBuf,
     shared: Arc<Shared>,
+    desired: DesiredStateOfWorld,
     rescan_interval: Duration,
 }
 
@@ -99,6 +101,7 @@ impl PluginManager {
                 },
                 actual: ActualStateOfWorld::default(),
             }),
+            desired: DesiredStateOfWorld::default(),
             rescan_interval: config.rescan_interval,
         }
     }
@@ -106,6 +109,12 @@ impl PluginManager {
     /// The registered plugins, readable while the manager runs.
     pub fn actual_state(&self) -> ActualStateOfWorld {
         self.shared.actual.clone()
+    }
+
+    /// The registration sockets found in the directory, readable while the
+    /// manager runs.
+    pub fn desired_state(&self) -> DesiredStateOfWorld {
+        self.desired.clone()
     }
 
     /// Creates the directory (0750) when missing, then watches it until
@@ -131,6 +140,7 @@ impl PluginManager {
         let mut sockets: HashMap<PathBuf, watch::Sender<Desired>> = HashMap::new();
         loop {
             if let Some(found) = self.scan().await {
+                self.desired.replace(found.keys().cloned());
                 self.reconcile(&found, &mut sockets, &tasks, &cancel);
             }
             tokio::select! {

@@ -173,6 +173,7 @@ fn serve_plugin(socket: &Path, info: PluginInfo, silent: bool, failures: usize) 
 struct Running {
     dir: PathBuf,
     actual: crate::ActualStateOfWorld,
+    desired: crate::DesiredStateOfWorld,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), crate::Error>>,
 }
@@ -203,11 +204,13 @@ fn start_with(dir: &Path, handler: Arc<FakeHandler>, config: PluginManagerConfig
     handlers.insert(DEVICE_PLUGIN, handler);
     let manager = PluginManager::new(dir, handlers, config);
     let actual = manager.actual_state();
+    let desired = manager.desired_state();
     let cancel = CancellationToken::new();
     let task = tokio::spawn(manager.run(cancel.clone()));
     Running {
         dir: dir.to_path_buf(),
         actual,
+        desired,
         cancel,
         task,
     }
@@ -281,6 +284,10 @@ async fn registers_sockets_present_at_start_and_created_later() {
     let registered = running.actual.plugin_at(&late_sock).expect("late plugin");
     assert_eq!(registered.plugin_type, DEVICE_PLUGIN);
     assert_eq!(registered.endpoint, late_sock);
+    assert_eq!(
+        running.desired.sockets(),
+        vec![early_sock.clone(), late_sock.clone()]
+    );
     running.stop().await;
     early.stop.cancel();
     late.stop.cancel();
@@ -381,6 +388,7 @@ async fn a_removed_socket_is_deregistered() {
     let gone = Call::Deregister("p.example.com".into(), PathBuf::from("/plugins/p.sock"));
     wait_for("the deregistration", || handler.calls().contains(&gone)).await;
     assert!(running.actual.registered_plugins().is_empty());
+    assert!(running.desired.sockets().is_empty());
     running.stop().await;
 }
 
