@@ -76,9 +76,22 @@ pub enum Error {
 #[derive(Debug, thiserror::Error)]
 pub enum DialFailure {
     /// The connection was refused or broke during the HTTP/2 handshake.
-    #[error("{0}")]
+    #[error("{}", chain(.0))]
     Transport(tonic::transport::Error),
     /// The dial deadline passed.
     #[error("context deadline exceeded")]
     Timeout,
+}
+
+/// An error and its causes, as `a: b: c` (tonic's transport error alone
+/// only says "transport error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -538,3 +538,21 @@ async fn a_failed_registration_is_reported_not_retried_and_still_deregistered() 
     wait_for("the deregistration", || handler.calls().contains(&gone)).await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_refused_dial_names_the_socket_and_the_cause() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sock = tmp.path().join("dead.sock");
+    // A socket file nobody listens on.
+    drop(std::os::unix::net::UnixListener::bind(&sock).expect("bind"));
+    let Err(e) = crate::client::PluginClient::dial(&sock, CallTimeouts::default()).await else {
+        panic!("dialing a dead socket succeeded");
+    };
+    let text = e.to_string();
+    let prefix = format!(
+        "RegisterPlugin error -- dial failed at socket {0}, err: failed to dial socket {0}, err: transport error: ",
+        sock.display()
+    );
+    assert!(text.starts_with(&prefix), "{text}");
+    assert!(text.contains("onnection refused"), "{text}");
+}
