@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::quantity::Quantity;
 
-use crate::error::{DeviceManagerError, Result};
+use crate::error::{AdmitRejection, DeviceManagerError, Result};
 use crate::manager::DeviceManager;
 use crate::pod_devices::{DeviceRunContainerOptions, DevicesPerNuma, NODE_WITHOUT_TOPOLOGY};
 
@@ -43,6 +43,28 @@ impl DeviceManager {
     fn restore_allocated(&self) {
         let mut st = self.inner.state.lock();
         st.allocated = st.pod_devices.devices();
+    }
+
+    /// Admits the pod as upstream's resource allocator admit handler does:
+    /// allocates for each init container, then each app container; the
+    /// first failure rejects the pod ("Allocate failed due to <error>, which
+    /// is unexpected", reason `UnexpectedAdmissionError`).
+    ///
+    /// # Errors
+    /// The rejection to report in the pod's status and event.
+    pub async fn admit_pod(&self, pod: &Pod) -> std::result::Result<(), AdmitRejection> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(());
+        };
+        let init = spec.init_containers.iter().flatten();
+        for c in init.chain(spec.containers.iter()) {
+            if let Err(e) = self.allocate(pod, c).await {
+                let rejection = AdmitRejection::from(&e);
+                tracing::info!(pod.uid = %pod_uid(pod), container = %c.name, message = %rejection.message, "Failed to admit pod");
+                return Err(rejection);
+            }
+        }
+        Ok(())
     }
 
     /// Allocates devices for one container of an admitted pod (upstream

@@ -140,3 +140,26 @@ pub enum DeviceManagerError {
         source: std::io::Error,
     },
 }
+
+/// Reason of a pod rejected because allocation failed (upstream
+/// `admission.ErrorReasonUnexpected`).
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+
+/// A pod admission refused by the device manager (upstream
+/// `lifecycle.PodAdmitResult` from the resource allocator's admit handler).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitRejection {
+    /// Always [`UNEXPECTED_ADMISSION_ERROR`].
+    pub reason: &'static str,
+    /// "Allocate failed due to <error>, which is unexpected".
+    pub message: String,
+}
+
+impl From<&DeviceManagerError> for AdmitRejection {
+    fn from(e: &DeviceManagerError) -> Self {
+        Self {
+            reason: UNEXPECTED_ADMISSION_ERROR,
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        }
+    }
+}

@@ -8,8 +8,10 @@
 //! The kubelet drives a [`DeviceManager`]:
 //! - at start, [`DeviceManager::start`] (reads the checkpoint, cleans stale
 //!   sockets, serves the registration socket);
-//! - per admitted pod, [`DeviceManager::allocate`] for each init container then
-//!   each app container (errors become `UnexpectedAdmissionError`);
+//! - per pod to admit, [`DeviceManager::admit_pod`] (upstream's resource
+//!   allocator admit handler: [`DeviceManager::allocate`] for each init
+//!   container then each app container; a failure rejects the pod with
+//!   `UnexpectedAdmissionError`);
 //! - per container start, [`DeviceManager::get_device_run_container_options`];
 //! - per node status update, [`DeviceManager::get_capacity`];
 //! - on housekeeping, [`DeviceManager::update_allocated_devices`].
@@ -29,7 +31,7 @@ pub mod stub;
 #[cfg(test)]
 mod tests;
 
-pub use error::{DeviceManagerError, Result};
+pub use error::{AdmitRejection, DeviceManagerError, Result, UNEXPECTED_ADMISSION_ERROR};
 pub use manager::{Capacity, DeviceManager, DeviceManagerConfig};
 pub use pod_devices::{DeviceRunContainerOptions, ResourceDeviceInstances};
 pub use seams::{ActivePods, Clock, NoActivePods, SystemClock};

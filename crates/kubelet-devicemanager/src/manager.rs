@@ -437,6 +437,19 @@ impl DeviceManager {
             .container_device_instances(pod_uid, container)
     }
 
+    /// The devices each container of the pod holds, per resource.
+    pub fn pod_devices(&self, pod_uid: &str) -> BTreeMap<String, ResourceDeviceInstances> {
+        let st = self.inner.state.lock();
+        st.pod_devices
+            .containers(pod_uid)
+            .into_iter()
+            .map(|c| {
+                let devs = st.pod_devices.container_device_instances(pod_uid, &c);
+                (c, devs)
+            })
+            .collect()
+    }
+
     /// The healthy devices of every resource (upstream `GetAllocatableDevices`).
     pub fn get_allocatable_devices(&self) -> ResourceDeviceInstances {
         let st = self.inner.state.lock();

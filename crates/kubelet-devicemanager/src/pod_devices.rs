@@ -69,6 +69,14 @@ impl PodDevices {
         self.devs.contains_key(pod_uid)
     }
 
+    /// Names of the pod's containers holding devices.
+    pub fn containers(&self, pod_uid: &str) -> Vec<String> {
+        self.devs
+            .get(pod_uid)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Records an allocation, replacing the container's earlier one for the resource.
     pub fn insert(
         &mut self,

@@ -227,9 +227,8 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
     );
 
     let p2 = pod("p2", vec![], vec![container("c", 1)]);
-    m.allocate(&p2, &container("c", 1))
-        .await
-        .expect("allocate p2");
+    m.admit_pod(&p2).await.expect("admit p2");
+    assert_eq!(m.pod_devices("p2").keys().collect::<Vec<_>>(), vec!["c"]);
     let d1 = m.get_devices("p1", "c");
     let d2 = m.get_devices("p2", "c");
     assert_ne!(
@@ -240,6 +239,13 @@ async fn allocation_gives_run_options_and_a_third_request_fails_with_upstreams_m
     assert_eq!(p.calls().allocate.len(), 2);
 
     let p3 = pod("p3", vec![], vec![container("c", 1)]);
+    let rejected = m.admit_pod(&p3).await.expect_err("third pod rejected");
+    assert_eq!(rejected.reason, "UnexpectedAdmissionError");
+    assert_eq!(
+        rejected.message,
+        "Allocate failed due to requested number of devices unavailable for example.com/dev. \
+         Requested: 1, Available: 0, which is unexpected"
+    );
     let e = m
         .allocate(&p3, &container("c", 1))
         .await
