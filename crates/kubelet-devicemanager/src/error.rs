@@ -21,7 +21,7 @@ pub enum DeviceManagerError {
         supported: Vec<String>,
     },
     /// A plugin-watcher registration lists no version this kubelet speaks.
-    #[error("manager version, {manager}, is not among plugin supported versions {versions:?}")]
+    #[error("manager version, {manager}, is not among plugin supported versions [{}]", versions.join(" "))]
     PluginVersions {
         /// This kubelet's API version.
         manager: String,

@@ -105,6 +105,12 @@ pub(crate) async fn start(manager: DeviceManager) -> Result<()> {
         tracing::warn!(%error, dir = %dir.display(), "Could not set the device plugin directory's mode");
     }
     cleanup_plugin_directory(&dir).await?;
+    // Upstream leaves this marker when it takes plugin-watcher registrations;
+    // some plugins look for it to choose that path over `Register`.
+    let marker = dir.join("DEPRECATION");
+    if let Err(error) = tokio::fs::File::create(&marker).await {
+        tracing::error!(%error, path = %marker.display(), "Failed to create deprecation file at socket dir");
+    }
     match tokio::fs::remove_file(&socket).await {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -485,7 +485,7 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
         versions: &versions,
     };
     m.validate_plugin(&reg).await.expect("valid");
-    let bad_versions = vec!["v1".to_string()];
+    let bad_versions = vec!["v1".to_string(), "v1alpha1".to_string()];
     let e = m
         .validate_plugin(&PluginRegistration {
             versions: &bad_versions,
@@ -495,7 +495,7 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
         .expect_err("version");
     assert_eq!(
         e.to_string(),
-        r#"manager version, v1beta1, is not among plugin supported versions ["v1"]"#
+        "manager version, v1beta1, is not among plugin supported versions [v1 v1alpha1]"
     );
     let e = m
         .validate_plugin(&PluginRegistration {
@@ -516,4 +516,44 @@ async fn plugin_watcher_registration_goes_through_the_handler() {
     m.deregister_plugin(RES, p.socket()).await;
     wait_capacity(&m, 2, 0).await;
     m.stop();
+}
+
+#[tokio::test]
+async fn after_a_restart_running_containers_keep_devices_before_their_plugin_returns() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pods = FakePods::ready_with(&["p1", "p2"]);
+    let (m, _) = started(dir.path(), pods.clone()).await;
+    let p = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
+    let p1 = pod("p1", vec![], vec![container("c", 1)]);
+    m.admit_pod(&p1).await.expect("admit");
+    m.stop();
+    p.stop().await;
+
+    // Restarted kubelet, sources not ready yet, p1/c reported running by the runtime.
+    let not_ready = Arc::new(FakePods::default());
+    *not_ready.uids.lock() = HashSet::from(["p1".to_string(), "p2".to_string()]);
+    let m2 = DeviceManager::new(config(dir.path()));
+    m2.start(
+        not_ready.clone(),
+        HashSet::from([("p1".to_string(), "c".to_string())]),
+    )
+    .await
+    .expect("start");
+    m2.admit_pod(&p1)
+        .await
+        .expect("a running container is re-admitted without its plugin");
+    assert_eq!(m2.allocated_device_counts()[RES], 1);
+    // A new pod cannot get devices before the plugin is back.
+    let p2 = pod("p2", vec![], vec![container("c", 1)]);
+    let e = m2.admit_pod(&p2).await.expect_err("no plugin yet");
+    assert_eq!(
+        e.message,
+        "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices \
+         example.com/dev, which is unexpected"
+    );
+    assert!(
+        dir.path().join("device-plugins/DEPRECATION").exists(),
+        "marker for plugin-watcher registration"
+    );
+    m2.stop();
 }
