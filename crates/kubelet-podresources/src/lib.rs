@@ -18,8 +18,8 @@ mod tests;
 pub use error::Error;
 pub use metrics::{ApiMethod, NoMetrics, PodResourcesMetrics};
 pub use providers::{
-    CpusProvider, DevicesProvider, MemoryProvider, NoCpus, NoDevices, NoMemory, PodInfo,
-    PodResourcesProviders, PodsProvider,
+    CpusProvider, DeviceInstance, DevicesProvider, MemoryProvider, NoCpus, NoDevices, NoMemory,
+    PodInfo, PodResourcesProviders, PodsProvider, container_devices,
 };
 pub use ratelimit::{DEFAULT_BURST_TOKENS, DEFAULT_QPS, RateLimit};
 pub use serve::{POD_RESOURCES_DIR_MODE, bind, serve, socket_path};

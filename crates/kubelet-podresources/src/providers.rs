@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::pb::{ContainerDevices, ContainerMemory};
+use crate::pb::{ContainerDevices, ContainerMemory, NumaNode, TopologyInfo};
 
 /// A pod as the API reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,45 @@ impl PodInfo {
     pub fn v1_containers(&self) -> impl Iterator<Item = &String> {
         self.sidecars.iter().chain(&self.containers)
     }
+}
+
+/// One device a plugin advertised: its resource, its id, and the NUMA nodes
+/// of its `TopologyInfo` (`None` when the plugin reported no topology).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInstance {
+    /// The extended resource, e.g. `nvidia.com/gpu`.
+    pub resource: String,
+    /// The plugin's device id.
+    pub id: String,
+    /// NUMA node ids, when the plugin reported them.
+    pub numa_nodes: Option<Vec<i64>>,
+}
+
+/// Devices as the API reports them (upstream
+/// `containerDevicesFromResourceDeviceInstances`): one entry per device, or
+/// one per device and NUMA node when the plugin reported a topology; a
+/// device without topology is still reported.
+pub fn container_devices(
+    devices: impl IntoIterator<Item = DeviceInstance>,
+) -> Vec<ContainerDevices> {
+    let mut out = Vec::new();
+    for dev in devices {
+        match dev.numa_nodes {
+            None => out.push(ContainerDevices {
+                resource_name: dev.resource,
+                device_ids: vec![dev.id],
+                topology: None,
+            }),
+            Some(nodes) => out.extend(nodes.into_iter().map(|id| ContainerDevices {
+                resource_name: dev.resource.clone(),
+                device_ids: vec![dev.id.clone()],
+                topology: Some(TopologyInfo {
+                    nodes: vec![NumaNode { id }],
+                }),
+            })),
+        }
+    }
+    out
 }
 
 /// The kubelet's pods (upstream `PodsProvider`).
@@ -168,6 +207,37 @@ mod tests {
             restart_policy: restart.map(str::to_string),
             ..Container::default()
         }
+    }
+
+    #[test]
+    fn one_entry_per_device_and_numa_node() {
+        let got = container_devices(vec![
+            DeviceInstance {
+                resource: "example.com/gpu".into(),
+                id: "gpu0".into(),
+                numa_nodes: Some(vec![0, 1]),
+            },
+            DeviceInstance {
+                resource: "example.com/nic".into(),
+                id: "nic0".into(),
+                numa_nodes: None,
+            },
+        ]);
+        let flat: Vec<_> = got
+            .iter()
+            .map(|d| {
+                let numa = d.topology.as_ref().map(|t| t.nodes[0].id);
+                (d.resource_name.as_str(), d.device_ids.join(","), numa)
+            })
+            .collect();
+        assert_eq!(
+            flat,
+            vec![
+                ("example.com/gpu", "gpu0".to_string(), Some(0)),
+                ("example.com/gpu", "gpu0".to_string(), Some(1)),
+                ("example.com/nic", "nic0".to_string(), None),
+            ]
+        );
     }
 
     #[test]
