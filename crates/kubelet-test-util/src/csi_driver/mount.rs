@@ -59,7 +59,10 @@ pub(crate) fn is_mount_point(path: &Path) -> bool {
         return false;
     };
     let want = path.to_string_lossy();
-    let want = want.trim_end_matches('/');
+    let want = match want.trim_end_matches('/') {
+        "" => "/",
+        w => w,
+    };
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .any(|m| unescape(m) == want)
