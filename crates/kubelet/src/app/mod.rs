@@ -14,6 +14,7 @@ mod housekeeping;
 mod image_gc;
 mod nodeshutdown;
 mod oom_watcher;
+mod plugins;
 mod pods;
 mod probes;
 mod server;
@@ -319,6 +320,7 @@ impl App {
             summary_cache: Default::default(),
             metrics: self.metrics.clone(),
             pod_cgroups: self.container_manager.clone(),
+            csi: running.csi.clone(),
         });
         let hk = housekeeping::Housekeeping {
             cfg,
@@ -351,6 +353,7 @@ impl App {
             &stop,
         );
         nodeshutdown::spawn(&hk, &tasks, &stop);
+        plugins::spawn(cfg, running.plugin_handlers.clone(), &tasks, &stop);
         oom_watcher::spawn(&hk, &tasks, &stop);
         drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();

@@ -148,6 +148,10 @@ pub(super) struct RunningPipeline {
     pub pod_cache: Arc<kubelet_runtime::pleg::PodCache>,
     /// Ends pods for eviction and node shutdown.
     pub killer: Arc<dyn crate::pod_killer::PodKiller>,
+    /// The CSI volume plugin (cluster mode), for volume stats.
+    pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
+    /// Registration handlers the volume subsystem offers the plugin manager.
+    pub plugin_handlers: Vec<(&'static str, Arc<dyn kubelet_pluginmanager::PluginHandler>)>,
 }
 
 impl Pipeline<'_> {
@@ -292,6 +296,8 @@ impl Pipeline<'_> {
             heartbeat,
             pod_cache,
             killer,
+            csi: volumes.csi,
+            plugin_handlers: volumes.plugin_handlers,
         }
     }
 }

@@ -32,6 +32,10 @@ pub(super) struct Volumes {
     pub manager: VolumeManager,
     pub host: Arc<KubeletVolumeHost>,
     pub services: ServiceLister,
+    /// The CSI volume plugin (cluster mode), for volume stats.
+    pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
+    /// Registration handlers for the plugin manager, by plugin type.
+    pub plugin_handlers: Vec<(&'static str, Arc<dyn kubelet_pluginmanager::PluginHandler>)>,
 }
 
 /// What it is built from.
@@ -130,6 +134,8 @@ impl VolumeWiring<'_> {
             manager,
             host,
             services,
+            csi: None,
+            plugin_handlers: Vec::new(),
         }
     }
 }

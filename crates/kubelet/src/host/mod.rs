@@ -55,6 +55,8 @@ pub struct KubeletHost {
     pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
     /// The pod cgroups, for pods the runtime gives no stats for.
     pub pod_cgroups: Arc<dyn stats::PodCgroupDirs>,
+    /// The CSI volume plugin (cluster mode): CSI volumes' stats.
+    pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
 }
 
 #[async_trait::async_trait]
