@@ -14,6 +14,8 @@
 
 pub mod active_deadline;
 mod app;
+pub mod csi_host;
+pub mod devices;
 pub mod envvars;
 pub mod error;
 pub mod host;
