@@ -284,3 +284,23 @@ fn union_keeps_keyring_order_and_cri_form() {
         }
     );
 }
+
+#[test]
+fn schemeless_url_errors_in_go_s_words() {
+    for ok in [
+        "*.registry.io",
+        "registry.io:8080/path",
+        "*.*.ecr.*.amazonaws.com",
+        "[::1]:5000",
+    ] {
+        assert_eq!(schemeless_url_error(ok), None, "{ok}");
+    }
+    assert_eq!(
+        schemeless_url_error("reg io").as_deref(),
+        Some("parse \"https://reg io\": invalid character \" \" in host name")
+    );
+    assert_eq!(
+        schemeless_url_error("reg.io:port").as_deref(),
+        Some("parse \"https://reg.io:port\": invalid port \":port\" after host")
+    );
+}
