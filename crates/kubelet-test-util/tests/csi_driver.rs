@@ -162,6 +162,19 @@ async fn the_driver_registers_and_describes_itself() {
     .expect("notify");
     let status = d.wait_registration(LIMIT).await.expect("status kept");
     assert!(!status.registered && status.error == "bad version");
+    d.configure(|c| c.registration_versions = vec!["0.1.0".into()]);
+    let info = r
+        .get_info(reg::InfoRequest {})
+        .await
+        .expect("GetInfo")
+        .into_inner();
+    assert_eq!(info.supported_versions, vec!["0.1.0"]);
+    d.set_fault(
+        "GetInfo",
+        Fault::FailOnce(Code::Unavailable, "not yet".into()),
+    );
+    let err = r.get_info(reg::InfoRequest {}).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
 
     let channel = csi_driver::connect(d.socket(), LIMIT).await.expect("dial");
     let mut id = IdentityClient::new(channel.clone());
@@ -508,7 +521,17 @@ async fn faults_hang_or_fail_and_a_restart_keeps_the_volumes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!call.is_finished(), "the call hangs");
     assert!(!is_mount_point(&target));
+    assert!(
+        d.wait_for_call("NodePublishVolume", Code::Ok, Duration::from_millis(100))
+            .await
+            .is_none()
+    );
     d.clear_fault("NodePublishVolume");
+    let done = d
+        .wait_for_call("NodePublishVolume", Code::Ok, LIMIT)
+        .await
+        .expect("recorded once it answers");
+    assert!(matches!(done.request, Request::NodePublishVolume(ref r) if r.volume_id == "vol-f"));
     tokio::time::timeout(LIMIT, call)
         .await
         .expect("answers once cleared")
@@ -538,10 +561,10 @@ async fn faults_hang_or_fail_and_a_restart_keeps_the_volumes() {
 
 #[tokio::test]
 async fn the_control_plane_helpers_attach_for_the_node() {
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
     use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
-    use kube::api::{Api, PostParams};
-    use kubelet_test_util::csi_driver::api;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    use kubelet_test_util::csi_driver::{api, attacher};
     use serde_json::json;
 
     // Upstream getAttachmentName: "csi-" + sha256(handle + driver + node).
@@ -590,12 +613,17 @@ async fn the_control_plane_helpers_attach_for_the_node() {
         .await
         .expect("create pvc");
     assert!(
-        api::attach_once(&admin, DRIVER)
+        attacher::attach_once(&admin, DRIVER)
             .await
             .expect("pass")
             .is_empty(),
         "no pod yet"
     );
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-1"}})).expect("node");
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
         "nodeName": "node-1", "containers": [{"name": "c", "image": "busybox"}],
         "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "claim-a"}}]}}))
@@ -606,7 +634,7 @@ async fn the_control_plane_helpers_attach_for_the_node() {
         .expect("create pod");
     let name = api::attachment_name("handle-a", DRIVER, "node-1");
     assert_eq!(
-        api::attach_once(&admin, DRIVER).await.expect("pass"),
+        attacher::attach_once(&admin, DRIVER).await.expect("pass"),
         vec![name.clone()]
     );
     let va = Api::<VolumeAttachment>::all(c.node_client("node-1").await)
@@ -619,7 +647,7 @@ async fn the_control_plane_helpers_attach_for_the_node() {
         Some("pv-a")
     );
     assert!(
-        api::attach_once(&admin, DRIVER)
+        attacher::attach_once(&admin, DRIVER)
             .await
             .expect("pass")
             .is_empty(),
@@ -630,4 +658,58 @@ async fn the_control_plane_helpers_attach_for_the_node() {
         .await
         .unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 403));
+
+    // The node lists the volume as attached; it is detached only once the
+    // pod is gone and the node no longer has it in use.
+    let nodes = Api::<Node>::all(admin.clone());
+    let unique = attacher::unique_volume_name(DRIVER, "handle-a");
+    assert_eq!(unique, format!("kubernetes.io/csi/{DRIVER}^handle-a"));
+    let attached = nodes
+        .get("node-1")
+        .await
+        .expect("node")
+        .status
+        .and_then(|s| s.volumes_attached);
+    assert_eq!(
+        attached.map(|v| v.into_iter().map(|a| a.name).collect::<Vec<_>>()),
+        Some(vec![unique.clone()])
+    );
+    nodes
+        .patch_status(
+            "node-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"volumesInUse": [unique]}})),
+        )
+        .await
+        .expect("in use");
+    Api::<Pod>::namespaced(admin.clone(), "default")
+        .delete("p", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete pod");
+    assert!(
+        attacher::detach_once(&admin, DRIVER)
+            .await
+            .expect("pass")
+            .is_empty(),
+        "still in use"
+    );
+    nodes
+        .patch_status(
+            "node-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"volumesInUse": null}})),
+        )
+        .await
+        .expect("unmounted");
+    assert_eq!(
+        attacher::detach_once(&admin, DRIVER).await.expect("pass"),
+        vec![name.clone()]
+    );
+    let attached = nodes
+        .get("node-1")
+        .await
+        .expect("node")
+        .status
+        .and_then(|s| s.volumes_attached);
+    assert!(attached.unwrap_or_default().is_empty());
 }

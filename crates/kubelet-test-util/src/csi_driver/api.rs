@@ -3,16 +3,14 @@
 //! installs it), PersistentVolumes of the driver, and the
 //! attach/detach controller and external-attacher's `VolumeAttachment`
 //! (named as upstream's `getAttachmentName`: `csi-` and the hex SHA-256 of
-//! volume handle, driver and node name), marked attached.
+//! volume handle, driver and node name), marked attached. [`super::attacher`]
+//! runs the controllers' loop.
 //!
 //! Written from the API's documentation, sharing nothing with the kubelet.
 
-use std::time::Duration;
-
-use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -151,81 +149,4 @@ pub async fn mark_attached(
     Api::<VolumeAttachment>::all(admin.clone())
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
-}
-
-/// Plays attach/detach controller and external-attacher for `driver`
-/// until the task is aborted: every `period`, each PV of the driver
-/// claimed by a pod bound to a node gets its VolumeAttachment, attached.
-pub fn spawn_attacher(
-    admin: Client,
-    driver: String,
-    period: Duration,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Err(e) = attach_once(&admin, &driver).await {
-                tracing::debug!(error = %e, "test attacher pass failed");
-            }
-            tokio::time::sleep(period).await;
-        }
-    })
-}
-
-/// One pass of [`spawn_attacher`]; the attachments it created.
-pub async fn attach_once(admin: &Client, driver: &str) -> Result<Vec<String>, kube::Error> {
-    use k8s_openapi::api::core::v1::Pod;
-    let pvs = Api::<PersistentVolume>::all(admin.clone())
-        .list(&ListParams::default())
-        .await?;
-    let pods = Api::<Pod>::all(admin.clone())
-        .list(&ListParams::default())
-        .await?;
-    let vas = Api::<VolumeAttachment>::all(admin.clone());
-    let mut made = Vec::new();
-    for pv in pvs.items {
-        let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-            continue;
-        };
-        if csi.driver != driver {
-            continue;
-        }
-        let Some(claim) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-            continue;
-        };
-        let pv_name = pv.metadata.name.clone().unwrap_or_default();
-        for pod in &pods.items {
-            let node = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default();
-            let uses = pod.metadata.namespace == claim.namespace
-                && pod
-                    .spec
-                    .iter()
-                    .flat_map(|s| s.volumes.iter().flatten())
-                    .any(|v| {
-                        v.persistent_volume_claim
-                            .as_ref()
-                            .map(|c| c.claim_name.as_str())
-                            == claim.name.as_deref()
-                    });
-            if node.is_empty() || !uses {
-                continue;
-            }
-            let name = attachment_name(&csi.volume_handle, driver, &node);
-            let attached = match vas.get_opt(&name).await? {
-                Some(va) => va.status.is_some_and(|s| s.attached),
-                None => {
-                    create_attachment(admin, &pv_name, &csi.volume_handle, driver, &node).await?;
-                    made.push(name.clone());
-                    false
-                }
-            };
-            if !attached {
-                mark_attached(admin, &name, None).await?;
-            }
-        }
-    }
-    Ok(made)
 }

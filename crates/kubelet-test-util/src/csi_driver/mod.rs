@@ -11,14 +11,16 @@
 //! directory on the staging path, publishing bind-mounts the staged
 //! directory (or the volume's directory) on the target path, read-only
 //! when asked; block volumes are regular files bind-mounted onto a file.
-//! Every call is recorded ([`Call`]); any method can be made to fail with a
+//! Every call is recorded ([`Call`], [`CsiDriver::wait_for_call`]); any
+//! method, the registrar's `GetInfo` included, can be made to fail with a
 //! gRPC code or to hang ([`Fault`]). [`api`] has what the control plane
-//! does for a driver: its CSIDriver object and the attacher's
-//! VolumeAttachment.
+//! does for a driver: its CSIDriver object, PVs and the VolumeAttachment;
+//! [`attacher`] runs the attach/detach controller and external-attacher.
 //!
 //! Mounting needs root, as a real driver does.
 
 pub mod api;
+pub mod attacher;
 mod controller;
 mod identity;
 mod mount;
@@ -76,6 +78,9 @@ pub struct DriverConfig {
     pub controller_publish: bool,
     /// Where volumes live (`<data_dir>/<volume id>`).
     pub data_dir: PathBuf,
+    /// The versions the registrar's `GetInfo` offers
+    /// ([`SUPPORTED_VERSIONS`] unless a test wants a mismatch).
+    pub registration_versions: Vec<String>,
 }
 
 impl DriverConfig {
@@ -97,6 +102,7 @@ impl DriverConfig {
             volume_mount_group: false,
             controller_publish: false,
             data_dir: data_dir.to_path_buf(),
+            registration_versions: SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect(),
         }
     }
 }
@@ -200,6 +206,8 @@ pub(crate) struct Shared {
     pub volumes: Mutex<VolumeState>,
     pub registrations: Mutex<Vec<RegistrationStatus>>,
     pub registered: watch::Sender<usize>,
+    /// How many calls were recorded.
+    pub recorded: watch::Sender<usize>,
 }
 
 /// A cheap handle the gRPC services share.
@@ -255,11 +263,16 @@ impl Driver {
         };
         let code = result.as_ref().err().map_or(Code::Ok, Status::code);
         tracing::debug!(method, ?code, "test CSI driver call");
-        self.0.calls.lock().push(Call {
-            method,
-            request,
-            code,
-        });
+        let n = {
+            let mut calls = self.0.calls.lock();
+            calls.push(Call {
+                method,
+                request,
+                code,
+            });
+            calls.len()
+        };
+        self.0.recorded.send_replace(n);
         result.map(tonic::Response::new)
     }
 }
@@ -300,6 +313,7 @@ impl CsiDriver {
             volumes: Mutex::default(),
             registrations: Mutex::default(),
             registered: watch::channel(0).0,
+            recorded: watch::channel(0).0,
         };
         let mut d = Self {
             driver: Driver(Arc::new(shared)),
@@ -409,6 +423,24 @@ impl CsiDriver {
             .into_iter()
             .filter(|c| c.method == method)
             .collect()
+    }
+
+    /// Waits up to `limit` for a call of `method` that got `code`; the
+    /// first such call, if one came.
+    pub async fn wait_for_call(&self, method: &str, code: Code, limit: Duration) -> Option<Call> {
+        let find = || self.calls_of(method).into_iter().find(|c| c.code == code);
+        let mut rx = self.driver.0.recorded.subscribe();
+        let wait = async {
+            loop {
+                if let Some(c) = find() {
+                    return Some(c);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(limit, wait).await.ok().flatten()
     }
 
     /// Forgets the recorded calls.

@@ -1,7 +1,8 @@
 //! The node-driver-registrar's side of the kubelet plugin registration
 //! API (`pluginregistration.v1` `Registration`): `GetInfo` names a
 //! `CSIPlugin` with the driver's name, the CSI socket as its endpoint and
-//! the versions the registrar offers; `NotifyRegistrationStatus` is kept
+//! the versions the registrar offers (`GetInfo` can be faulted like any
+//! driver call); `NotifyRegistrationStatus` is kept
 //! for assertions.
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use kubelet_pluginmanager::pb;
 use kubelet_pluginmanager::pb::registration_server::Registration;
 use tonic::{Request, Response, Status};
 
-use super::{Driver, SUPPORTED_VERSIONS};
+use super::Driver;
 
 /// What the kubelet reported about a registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ impl Registration for Registrar {
             r#type: "CSIPlugin".into(),
             name: self.driver.config().name,
             endpoint: self.endpoint.to_string_lossy().into_owned(),
-            supported_versions: SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect(),
+            supported_versions: self.driver.config().registration_versions,
         }))
     }
 
