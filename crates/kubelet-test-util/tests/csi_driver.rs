@@ -65,13 +65,14 @@ fn is_mount_point(path: &Path) -> bool {
 async fn start(dir: &Path, f: impl FnOnce(&mut DriverConfig)) -> CsiDriver {
     let mut cfg = DriverConfig::new(DRIVER, "node-1", &dir.join("data"));
     f(&mut cfg);
-    CsiDriver::start(
-        cfg,
-        &dir.join("plugins").join(DRIVER).join("csi.sock"),
-        Some(&dir.join("plugins_registry")),
-    )
-    .await
-    .expect("driver starts")
+    let d = CsiDriver::start_in_root(cfg, dir)
+        .await
+        .expect("driver starts");
+    assert_eq!(
+        d.socket(),
+        dir.join("plugins").join(DRIVER).join("csi.sock")
+    );
+    d
 }
 
 async fn node(d: &CsiDriver) -> NodeClient<tonic::transport::Channel> {

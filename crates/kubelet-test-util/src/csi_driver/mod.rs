@@ -326,6 +326,15 @@ impl CsiDriver {
         Ok(d)
     }
 
+    /// Serves as a driver deployed beside a kubelet with `root_dir`
+    /// (`--root-dir`) is: the CSI socket at
+    /// `<root>/plugins/<driver>/csi.sock`, the registration socket in
+    /// `<root>/plugins_registry` (csi-driver-host-path's DaemonSet layout).
+    pub async fn start_in_root(config: DriverConfig, root_dir: &Path) -> std::io::Result<Self> {
+        let socket = root_dir.join("plugins").join(&config.name).join("csi.sock");
+        Self::start(config, &socket, Some(&root_dir.join("plugins_registry"))).await
+    }
+
     fn serve(&mut self) -> std::io::Result<()> {
         use kubelet_csi::pb::controller_server::ControllerServer;
         use kubelet_csi::pb::identity_server::IdentityServer;
