@@ -14,7 +14,9 @@
 //!   `attachRequired` (reported at upstream's `spec.attachedRequired`) and
 //!   `volumeLifecycleModes` are;
 //! - a CSINode driver entry may not change under the same name, except its
-//!   `allocatable` in 1.35 (`MutableCSINodeAllocatableCount`, beta and on).
+//!   `allocatable` in 1.35 (`MutableCSINodeAllocatableCount`, beta and on);
+//!   1.19 reports the change at `CSINodeDriver` and an invalid topology
+//!   key with the whole key list as the value.
 //!
 //! Objects are read as JSON, so any release's shape can be checked.
 
@@ -43,6 +45,15 @@ fn items<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
+}
+
+/// A string list as Go's `%#v` prints it (`[]string{"a", "b"}`).
+fn go_strings(list: &[Value]) -> String {
+    let quoted: Vec<String> = list
+        .iter()
+        .map(|v| format!("{:?}", v.as_str().unwrap_or("")))
+        .collect();
+    format!("[]string{{{}}}", quoted.join(", "))
 }
 
 fn raw(v: &Value) -> BadValue {
@@ -183,7 +194,18 @@ pub fn validate_csi_node(p: Profile, obj: &Value) -> Vec<FieldError> {
             if !keys.insert(key) {
                 errs.push(FieldError::duplicate(&at, key));
             }
-            qualified_name(&at, key, &mut errs);
+            if p.at_least(20) {
+                qualified_name(&at, key, &mut errs);
+            } else {
+                // Older releases name the whole key list as the bad value.
+                let mut one = Vec::new();
+                qualified_name(&at, key, &mut one);
+                let list = go_strings(items(d, "/topologyKeys"));
+                errs.extend(
+                    one.into_iter()
+                        .map(|e| FieldError::invalid(&at, BadValue::Raw(list.clone()), e.detail)),
+                );
+            }
         }
     }
     errs
@@ -205,11 +227,13 @@ pub fn validate_csi_node_update(p: Profile, old: &Value, new: &Value) -> Vec<Fie
     for o in items(old, "/spec/drivers") {
         for n in items(new, "/spec/drivers") {
             if str_at(o, "/name") == str_at(n, "/name") && comparable(o) != comparable(n) {
-                errs.push(FieldError::invalid(
-                    "spec.drivers",
-                    raw(n),
-                    "field is immutable",
-                ));
+                // 1.19 reports the entry at the type's name.
+                let at = if p.at_least(34) {
+                    "spec.drivers"
+                } else {
+                    "CSINodeDriver"
+                };
+                errs.push(FieldError::invalid(at, raw(n), "field is immutable"));
             }
         }
     }
@@ -432,6 +456,13 @@ mod tests {
             )),
             "{m:?}"
         );
+        let old_style = messages(&validate_csi_node(Profile::V1_19, &n));
+        assert!(
+            old_style.iter().any(|e| e.starts_with(
+                "spec.drivers[0]: Invalid value: []string{\"zone\", \"zone\", \"a/b/c\"}: a qualified name"
+            )),
+            "{old_style:?}"
+        );
         let long = node(json!([{"name": format!("{}.com", "a".repeat(61)), "nodeID": "x"}]));
         assert_eq!(
             messages(&validate_csi_node(Profile::V1_19, &long)),
@@ -451,12 +482,13 @@ mod tests {
             node(json!([{"name": "d.example.com", "nodeID": "y", "allocatable": {"count": 1}}]));
         let recounted =
             node(json!([{"name": "d.example.com", "nodeID": "x", "allocatable": {"count": 2}}]));
-        for p in Profile::ALL {
+        for (p, at) in [
+            (Profile::V1_19, "CSINodeDriver"),
+            (Profile::V1_35, "spec.drivers"),
+        ] {
             let m = messages(&validate_csi_node_update(p, &old, &moved));
-            assert!(
-                m[0].starts_with("spec.drivers: Invalid value:")
-                    && m[0].ends_with("field is immutable")
-            );
+            assert!(m[0].starts_with(&format!("{at}: Invalid value:")), "{m:?}");
+            assert!(m[0].ends_with("field is immutable"));
         }
         assert!(validate_csi_node_update(Profile::V1_35, &old, &recounted).is_empty());
         assert_eq!(
