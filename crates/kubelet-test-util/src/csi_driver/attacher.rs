@@ -1,7 +1,8 @@
 //! The attach/detach controller and the external-attacher for one driver,
 //! as a test loop (upstream `pkg/controller/volume/attachdetach` and
 //! `kubernetes-csi/external-attacher`, from their documented behaviour):
-//! - a PV of the driver claimed by a pod bound to a node (and not ended)
+//! - a PV of the driver claimed by a pod bound to a node (and not ended),
+//!   through a `persistentVolumeClaim` or a generic ephemeral volume,
 //!   gets its VolumeAttachment, which is marked attached, and the node's
 //!   `status.volumesAttached` lists the volume as
 //!   `kubernetes.io/csi/<driver>^<volume handle>`;
@@ -64,16 +65,20 @@ async fn wanted(admin: &Client, driver: &str) -> Result<BTreeSet<Wanted>, kube::
                 pod.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")
             );
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
             let uses = pod.metadata.namespace == claim.namespace
                 && pod
                     .spec
                     .iter()
                     .flat_map(|s| s.volumes.iter().flatten())
                     .any(|v| {
-                        v.persistent_volume_claim
-                            .as_ref()
-                            .map(|c| c.claim_name.as_str())
-                            == claim.name.as_deref()
+                        // A generic ephemeral volume's claim is `<pod>-<volume>`.
+                        let name = match (&v.persistent_volume_claim, &v.ephemeral) {
+                            (Some(c), _) => c.claim_name.clone(),
+                            (None, Some(_)) => format!("{pod_name}-{}", v.name),
+                            (None, None) => return false,
+                        };
+                        Some(name.as_str()) == claim.name.as_deref()
                     });
             if !node.is_empty() && uses && !ended {
                 out.insert(Wanted {
