@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -31,8 +32,18 @@ pub trait Plugin: Send + Sync {
     ) -> Result<CredentialProviderResponse, Error>;
 }
 
+/// Where plugin runs are recorded (upstream
+/// `kubelet_credential_provider_plugin_duration` and
+/// `kubelet_credential_provider_plugin_errors`, label `plugin_name`).
+pub trait PluginMetrics: Send + Sync {
+    /// One run of `plugin` took `took`.
+    fn observe_plugin_duration(&self, plugin: &str, took: Duration);
+    /// One run of `plugin` failed or ran past its deadline.
+    fn inc_plugin_errors(&self, plugin: &str);
+}
+
 /// A plugin binary in the bin dir.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ExecPlugin {
     /// The provider's name.
     pub name: String,
@@ -46,6 +57,18 @@ pub struct ExecPlugin {
     pub env: Vec<ExecEnvVar>,
     /// How long a run may take ([`EXEC_TIMEOUT`]).
     pub timeout: Duration,
+    /// Where runs are recorded.
+    pub metrics: Option<Arc<dyn PluginMetrics>>,
+}
+
+impl std::fmt::Debug for ExecPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecPlugin")
+            .field("name", &self.name)
+            .field("bin", &self.bin)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ExecPlugin {
@@ -58,6 +81,7 @@ impl ExecPlugin {
             args: provider.args.clone(),
             env: provider.env.clone(),
             timeout: EXEC_TIMEOUT,
+            metrics: None,
         }
     }
 
@@ -70,8 +94,20 @@ impl ExecPlugin {
         }
     }
 
-    /// Runs the binary; its stdout, or why it failed.
+    /// Runs the binary, recording the run; its stdout, or why it failed.
     async fn run(&self, image: &str, input: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let started = tokio::time::Instant::now();
+        let r = self.run_unrecorded(image, input).await;
+        if let Some(m) = &self.metrics {
+            m.observe_plugin_duration(&self.name, started.elapsed());
+            if r.is_err() {
+                m.inc_plugin_errors(&self.name);
+            }
+        }
+        r
+    }
+
+    async fn run_unrecorded(&self, image: &str, input: Vec<u8>) -> Result<Vec<u8>, Error> {
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.args(&self.args)
             .envs(self.env.iter().map(|e| (&e.name, &e.value)))

@@ -149,11 +149,26 @@ async fn wrong_answers_are_rejected_with_upstream_s_words() {
     );
 }
 
+/// Counts runs and errors per plugin.
+#[derive(Default)]
+struct Counts(parking_lot::Mutex<Vec<(String, bool)>>);
+
+impl PluginMetrics for Counts {
+    fn observe_plugin_duration(&self, plugin: &str, _: Duration) {
+        self.0.lock().push((plugin.into(), false));
+    }
+    fn inc_plugin_errors(&self, plugin: &str) {
+        self.0.lock().push((plugin.into(), true));
+    }
+}
+
 #[tokio::test]
 async fn a_hanging_plugin_is_killed_at_its_deadline() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut plugin = script(dir.path(), "hang", "exec sleep 600");
     plugin.timeout = Duration::from_millis(300);
+    let counts = Arc::new(Counts::default());
+    plugin.metrics = Some(counts.clone());
     let started = tokio::time::Instant::now();
     let e = plugin
         .exec_plugin("reg.io/app", "", &BTreeMap::new())
@@ -166,5 +181,10 @@ async fn a_hanging_plugin_is_killed_at_its_deadline() {
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "not the sleep's end"
+    );
+    // The run is recorded, as an error too.
+    assert_eq!(
+        counts.0.lock().clone(),
+        [("hang".to_string(), false), ("hang".to_string(), true)]
     );
 }

@@ -17,6 +17,7 @@ pub mod providers;
 pub mod serviceaccount;
 
 pub use config::{CredentialProvider, CredentialProviderConfig, read_credential_provider_config};
+pub use exec::PluginMetrics;
 pub use providers::{
     PluginProviders, RegisterOptions, register_credential_provider_plugins, register_from_flags,
 };

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::config::{aggregate, read_credential_provider_config, validate};
-use crate::exec::ExecPlugin;
+use crate::exec::{ExecPlugin, PluginMetrics};
 use crate::provider::PluginProvider;
 use crate::serviceaccount::{ServiceAccountMode, ServiceAccountTokens};
 
@@ -26,6 +26,8 @@ pub struct RegisterOptions {
     pub tokens: Option<Arc<dyn ServiceAccountTokens>>,
     /// How long a plugin may run (upstream: one minute).
     pub exec_timeout: std::time::Duration,
+    /// Where plugin runs are recorded.
+    pub metrics: Option<Arc<dyn PluginMetrics>>,
 }
 
 impl Default for RegisterOptions {
@@ -35,6 +37,7 @@ impl Default for RegisterOptions {
             service_account_tokens_gate: true,
             tokens: None,
             exec_timeout: crate::exec::EXEC_TIMEOUT,
+            metrics: None,
         }
     }
 }
@@ -109,6 +112,7 @@ pub async fn register_credential_provider_plugins(
         }
         let mut plugin = ExecPlugin::new(bin_dir, p);
         plugin.timeout = opts.exec_timeout;
+        plugin.metrics = opts.metrics.clone();
         let sa = ServiceAccountMode::new(
             p.token_attributes.as_ref(),
             opts.service_account_tokens_gate,
