@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
 
+mod podresources;
 mod record;
 
 use crate::render::Descriptor;
@@ -278,6 +279,7 @@ pub struct KubeletMetrics {
     rest_client_requests: Family<RestClientLabels, Counter>,
     rest_client_duration: HistogramFamily<RestClientLatencyLabels>,
     prober: crate::ProberMetrics,
+    pod_resources: podresources::PodResourcesCounters,
 }
 
 impl std::fmt::Debug for KubeletMetrics {
@@ -485,6 +487,7 @@ impl KubeletMetrics {
             "Request latency in seconds. Broken down by verb, and host.",
             &hf(rest_client_histogram),
         );
+        let pod_resources = podresources::PodResourcesCounters::register(&mut b);
         Self {
             registry: b.registry,
             descriptors: b.descriptors,
@@ -521,6 +524,7 @@ impl KubeletMetrics {
             rest_client_requests,
             rest_client_duration,
             prober: crate::ProberMetrics::default(),
+            pod_resources,
         }
     }
 
