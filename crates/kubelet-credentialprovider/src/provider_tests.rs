@@ -385,3 +385,48 @@ async fn token_mode_without_a_token_source_runs_only_for_pods_without_a_service_
     };
     assert!(ServiceAccountMode::new(Some(&attrs), false, None).is_none());
 }
+
+/// Never answers.
+struct HangingTokens;
+
+#[async_trait::async_trait]
+impl ServiceAccountTokens for HangingTokens {
+    async fn service_account(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<ServiceAccountData, TokenSourceError> {
+        std::future::pending().await
+    }
+
+    async fn token(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<String, TokenSourceError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_source_that_hangs_gives_no_credentials_after_its_deadline() {
+    let plugin = Arc::new(FakePlugin {
+        key_type: Some(CacheKeyType::Image),
+        ..Default::default()
+    });
+    let p = token_provider(plugin.clone(), false, Some(Arc::new(HangingTokens)));
+    let started = tokio::time::Instant::now();
+    assert!(
+        p.provide("a.registry.io/x", &pod("builder", "p1"))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        started.elapsed(),
+        crate::serviceaccount::TOKEN_SOURCE_DEADLINE
+    );
+    assert_eq!(plugin.runs.load(Ordering::SeqCst), 0);
+}

@@ -49,6 +49,22 @@ pub trait ServiceAccountTokens: Send + Sync {
     ) -> Result<String, TokenSourceError>;
 }
 
+/// How long the kubelet may take for a service account or a token.
+pub const TOKEN_SOURCE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The kubelet did not answer within [`TOKEN_SOURCE_DEADLINE`].
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {0:?}")]
+pub struct TokenSourceTimeout(std::time::Duration);
+
+async fn within<T>(
+    f: impl std::future::Future<Output = Result<T, TokenSourceError>>,
+) -> Result<T, TokenSourceError> {
+    tokio::time::timeout(TOKEN_SOURCE_DEADLINE, f)
+        .await
+        .unwrap_or_else(|_| Err(Box::new(TokenSourceTimeout(TOKEN_SOURCE_DEADLINE))))
+}
+
 /// No token source is wired into the kubelet.
 #[derive(Debug, thiserror::Error)]
 #[error("no service account token source is configured in this kubelet")]
@@ -126,15 +142,13 @@ impl ServiceAccountMode {
                 source: Box::new(NoTokenSource),
             });
         };
-        let data =
-            tokens
-                .service_account(ns, sa)
-                .await
-                .map_err(|source| Error::ServiceAccount {
-                    namespace: ns.clone(),
-                    name: sa.clone(),
-                    source,
-                })?;
+        let data = within(tokens.service_account(ns, sa))
+            .await
+            .map_err(|source| Error::ServiceAccount {
+                namespace: ns.clone(),
+                name: sa.clone(),
+                source,
+            })?;
         let mut annotations = BTreeMap::new();
         for k in &self.attrs.required_service_account_annotation_keys {
             let v = data
@@ -148,14 +162,8 @@ impl ServiceAccountMode {
                 annotations.insert(k.clone(), v.clone());
             }
         }
-        let token = tokens
-            .token(
-                ns,
-                sa,
-                &self.attrs.service_account_token_audience,
-                &pod.name,
-                &pod.uid,
-            )
+        let audience = &self.attrs.service_account_token_audience;
+        let token = within(tokens.token(ns, sa, audience, &pod.name, &pod.uid))
             .await
             .map_err(|source| Error::Token {
                 namespace: ns.clone(),
