@@ -45,6 +45,21 @@ impl DeviceManager {
         st.allocated = st.pod_devices.devices();
     }
 
+    /// Whether any container of the pod asks for a resource a device plugin
+    /// registered (now or before a restart): only such pods need
+    /// [`DeviceManager::admit_pod`] to call plugins.
+    pub fn requests_devices(&self, pod: &Pod) -> bool {
+        let Some(spec) = pod.spec.as_ref() else {
+            return false;
+        };
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .flat_map(limits)
+            .any(|(r, n)| n > 0 && self.is_device_plugin_resource(&r))
+    }
+
     /// Admits the pod as upstream's resource allocator admit handler does:
     /// allocates for each init container, then each app container; the
     /// first failure rejects the pod ("Allocate failed due to <error>, which

@@ -9,11 +9,16 @@
 //! `networkErrors` into the setters the same way), and resource pressure
 //! through [`NodePressure`] (upstream passes the eviction manager's
 //! `IsUnderMemoryPressure`, `IsUnderDiskPressure`, `IsUnderPIDPressure`).
+//! Extended resources from device plugins come through [`ExtendedResources`]
+//! (upstream's `devicePluginResourceCapacityFunc` and
+//! `ShouldResetExtendedResourceCapacity`).
 
 pub mod node_ip;
 pub mod nodelease;
 pub mod nodestatus;
 pub mod version;
+
+pub use nodestatus::extended::{DeviceCapacity, ExtendedResources, NoExtendedResources};
 
 /// The runtime's health as node status sees it (upstream `runtimeState`'s
 /// `runtimeErrors` and `networkErrors`): non-empty means the node is NotReady.

@@ -44,6 +44,7 @@ pub(crate) fn container_config(
     image_ref: &str,
     opts: Option<crate::RunContainerOptions>,
 ) -> pb::ContainerConfig {
+    let mut devices = crate::RunContainerOptions::default();
     let (envs, vars, mounts) = match opts {
         Some(o) => {
             let vars = o
@@ -51,6 +52,9 @@ pub(crate) fn container_config(
                 .iter()
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect();
+            devices.devices = o.devices;
+            devices.annotations = o.annotations;
+            devices.cdi_devices = o.cdi_devices;
             (o.envs, vars, o.mounts)
         }
         None => {
@@ -58,6 +62,10 @@ pub(crate) fn container_config(
             (envs, vars, vec![])
         }
     };
+    // Device plugin annotations first; the kubelet's own win (upstream
+    // `makeContainerAnnotations` builds on `opts.Annotations`).
+    let mut annotations: HashMap<String, String> = devices.annotations.into_iter().collect();
+    annotations.extend(labels::container_annotations(p, c, restart_count));
     let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|s| expand(s, &vars)).collect()
     };
@@ -77,7 +85,9 @@ pub(crate) fn container_config(
         envs,
         mounts,
         labels: labels::container_labels(p, c),
-        annotations: labels::container_annotations(p, c, restart_count),
+        annotations,
+        devices: devices.devices,
+        cdi_devices: devices.cdi_devices,
         log_path: format!("{}/{}.log", c.name, restart_count),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),

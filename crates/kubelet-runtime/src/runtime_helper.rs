@@ -8,15 +8,23 @@
 use cri::pb;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 
-/// Environment and mounts of one container.
+/// Environment, mounts and devices of one container (upstream
+/// `kubecontainer.RunContainerOptions`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunContainerOptions {
     /// Environment, in upstream's order; also what `$(VAR)` in command and
     /// args expands against.
     pub envs: Vec<pb::KeyValue>,
-    /// Volume mounts, `/etc/hosts` and the like (the termination log is
-    /// added by the runtime manager).
+    /// Volume mounts, `/etc/hosts`, device plugin mounts and the like (the
+    /// termination log is added by the runtime manager).
     pub mounts: Vec<pb::Mount>,
+    /// Device nodes from device plugins (host path, container path,
+    /// permissions).
+    pub devices: Vec<pb::Device>,
+    /// Container annotations from device plugins, beside the kubelet's own.
+    pub annotations: Vec<(String, String)>,
+    /// Fully qualified CDI device names from device plugins.
+    pub cdi_devices: Vec<pb::CdiDevice>,
 }
 
 /// The container's configuration could not be generated: the container is

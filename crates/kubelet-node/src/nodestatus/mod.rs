@@ -22,6 +22,7 @@
 //! cannot keep the status (NotReady) from being posted.
 
 pub mod compare;
+pub mod extended;
 pub mod machine;
 pub mod register;
 pub mod runtime_facts;
@@ -79,6 +80,8 @@ pub struct NodeStatusManager {
     pub runtime_state: Arc<dyn RuntimeState>,
     /// Resource pressure, as the eviction manager last computed it.
     pub pressure: Arc<dyn crate::NodePressure>,
+    /// Device plugins' extended resources.
+    pub extended: Arc<dyn crate::ExtendedResources>,
     /// Wall clock for heartbeats.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -111,12 +114,14 @@ impl NodeStatusManager {
         &self,
         previous: &[NodeCondition],
         facts: &RuntimeFacts,
+        devices: &extended::DeviceCapacity,
         server_version: &str,
     ) -> NodeStatus {
         let version = facts.version.as_deref().unwrap_or(server_version);
         let now = Time(self.clock.now());
-        let capacity = setters::capacity(&self.machine, self.max_pods);
-        let allocatable = setters::allocatable(&capacity, &self.cfg);
+        let mut capacity = setters::capacity(&self.machine, self.max_pods);
+        let mut allocatable = setters::allocatable(&capacity, &self.cfg);
+        extended::apply(&mut capacity, &mut allocatable, devices);
         NodeStatus {
             addresses: Some(setters::addresses(&self.node_ips, &self.node_name)),
             allocatable: Some(allocatable),
@@ -221,7 +226,8 @@ impl NodeStatusManager {
     pub async fn run(self, stop: CancellationToken) {
         let mut known = LastKnown::default();
         let facts = self.runtime_facts(&mut known).await;
-        let initial = self.compute(&[], &facts, "");
+        let devices = self.extended.capacity().await;
+        let initial = self.compute(&[], &facts, &devices, "");
         let Some(registered) = register::register(&self, &initial, &stop).await else {
             return;
         };
@@ -265,9 +271,10 @@ impl NodeStatusManager {
         last_status_report: &mut Option<Instant>,
     ) {
         let facts = self.runtime_facts(known).await;
+        let devices = self.extended.capacity().await;
         for try_number in 0..NODE_STATUS_UPDATE_RETRY {
             match self
-                .try_update_node_status(try_number, &facts, last_status_report)
+                .try_update_node_status(try_number, &facts, &devices, last_status_report)
                 .await
             {
                 Ok(()) => return,
@@ -306,6 +313,7 @@ impl NodeStatusManager {
         &self,
         try_number: usize,
         facts: &RuntimeFacts,
+        devices: &extended::DeviceCapacity,
         last_status_report: &mut Option<Instant>,
     ) -> Result<(), TryError> {
         // The first try may be served from the apiserver's cache; retries are
@@ -326,7 +334,7 @@ impl NodeStatusManager {
             .as_ref()
             .map(|i| i.container_runtime_version.clone())
             .unwrap_or_default();
-        let status = self.compute(&server_conditions, facts, &version);
+        let status = self.compute(&server_conditions, facts, devices, &version);
         // A cloud-controller-manager that set the addresses owns them (upstream).
         let own_addresses = !(self.cfg.external_cloud_provider
             && server.addresses.as_ref().is_some_and(|a| !a.is_empty())

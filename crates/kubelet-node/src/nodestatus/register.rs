@@ -130,13 +130,26 @@ async fn try_register(
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&m.node_name).await?;
-            let node = match reconcile_patch(&existing, m) {
+            let mut node = match reconcile_patch(&existing, m) {
                 Some(p) => {
                     api.patch(&m.node_name, &PatchParams::default(), &Patch::Strategic(p))
                         .await?
                 }
                 None => existing,
             };
+            // Upstream `reconcileExtendedResource`: a Node that outlived the
+            // device manager's checkpoint has no devices allocated here.
+            if let Some(p) = node
+                .status
+                .as_ref()
+                .and_then(super::extended::reset_patch)
+                && m.extended.should_reset_capacity().await
+            {
+                tracing::info!(node = %m.node_name, "Zeroing the extended resources of the existing Node: no device manager checkpoint");
+                node = api
+                    .patch_status(&m.node_name, &PatchParams::default(), &Patch::Strategic(p))
+                    .await?;
+            }
             log_registered(&m.node_name, false);
             Ok(Registered {
                 node,

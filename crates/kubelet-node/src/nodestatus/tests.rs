@@ -346,6 +346,7 @@ fn manager(
         images: Arc::new(fake.clone()),
         runtime_state: health.clone(),
         pressure: Arc::new(crate::NoPressure),
+        extended: Arc::new(crate::NoExtendedResources),
         clock: Arc::new(TokioClock::default()),
         recorder: Arc::new(RecordingRecorder::default()),
         registered: tx,

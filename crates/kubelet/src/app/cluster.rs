@@ -103,6 +103,8 @@ pub(super) struct Wiring<'a> {
     pub latest_node: watch::Sender<Option<k8s_openapi::api::core::v1::Node>>,
     /// The eviction manager's node conditions.
     pub pressure: Arc<dyn kubelet_node::NodePressure>,
+    /// Device plugins' extended resources.
+    pub extended: Arc<dyn kubelet_node::ExtendedResources>,
 }
 
 impl Cluster {
@@ -136,6 +138,7 @@ impl Cluster {
             images: Arc::new(w.remote.clone()),
             runtime_state: w.runtime_state,
             pressure: w.pressure,
+            extended: w.extended,
             clock: clock.clone(),
             recorder: self.recorder.clone(),
             registered: w.registered_tx,

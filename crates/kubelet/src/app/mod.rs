@@ -15,6 +15,7 @@ mod image_gc;
 mod nodeshutdown;
 mod oom_watcher;
 mod plugins;
+mod podresources;
 mod pods;
 mod probes;
 mod server;
@@ -76,6 +77,8 @@ pub struct App {
     container_manager: Arc<kubelet_cm::ContainerManager>,
     /// The eviction manager's thresholds, parsed before anything starts.
     eviction_thresholds: Vec<kubelet_eviction::Threshold>,
+    /// The device manager (started) and the pod-resources socket (bound).
+    devices: podresources::Devices,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -201,6 +204,8 @@ impl App {
         let node_api =
             server::NodeApi::build(&cfg, cluster.as_ref().map(|c| c.client.clone()), &host_ips)
                 .await?;
+        // Last: it serves the device plugin registration socket at once.
+        let devices = podresources::build(&cfg, &remote).await?;
         Ok(Self {
             cfg,
             stop,
@@ -219,6 +224,7 @@ impl App {
             admission,
             container_manager,
             eviction_thresholds,
+            devices,
         })
     }
 
@@ -269,8 +275,25 @@ impl App {
             admission: self.admission.clone(),
             latest_node: latest_node_rx,
             pressure: pressure.clone(),
+            devices: self.devices.manager.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
+        let device_manager = self.devices.manager.clone();
+        self.devices.spawn(
+            podresources::Wiring {
+                pods: running.pods.clone(),
+                status: running.status.clone(),
+                sources_ready: running.sources_ready.clone(),
+                metrics: self.metrics.clone(),
+            },
+            &tasks,
+            &stop,
+        );
+        let mut plugin_handlers = running.plugin_handlers.clone();
+        plugin_handlers.push((
+            kubelet_pluginmanager::DEVICE_PLUGIN,
+            Arc::new(device_manager.clone()),
+        ));
         let recorder = self
             .cluster
             .as_ref()
@@ -353,7 +376,7 @@ impl App {
             &stop,
         );
         nodeshutdown::spawn(&hk, &tasks, &stop);
-        plugins::spawn(cfg, running.plugin_handlers.clone(), &tasks, &stop);
+        plugins::spawn(cfg, plugin_handlers, &tasks, &stop);
         oom_watcher::spawn(&hk, &tasks, &stop);
         drop(hk);
         let (server_addr, read_only_addr) = self.node_api.addrs();
@@ -382,6 +405,7 @@ impl App {
                     latest_node: latest_node_tx,
                     registered: registered.clone(),
                     pressure: Arc::new(eviction::NodePressure(pressure)),
+                    extended: Arc::new(crate::devices::NodeDevices(device_manager)),
                 },
                 &tasks,
                 &stop,

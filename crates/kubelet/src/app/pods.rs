@@ -134,6 +134,8 @@ pub(super) struct Pipeline<'a> {
     pub latest_node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
     /// The eviction manager's node conditions (its admit handler).
     pub pressure: kubelet_eviction::Pressure,
+    /// Device plugins (admission and container options).
+    pub devices: kubelet_devicemanager::DeviceManager,
 }
 
 /// Handles to the running pipeline.
@@ -150,7 +152,8 @@ pub(super) struct RunningPipeline {
     pub killer: Arc<dyn crate::pod_killer::PodKiller>,
     /// The CSI volume plugin (cluster mode), for volume stats.
     pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
-    /// Registration handlers the volume subsystem offers the plugin manager.
+    /// Registration handlers the volume subsystem offers the plugin manager
+    /// (the device manager's is added beside them).
     pub plugin_handlers: Vec<(&'static str, Arc<dyn kubelet_pluginmanager::PluginHandler>)>,
 }
 
@@ -211,6 +214,7 @@ impl Pipeline<'_> {
                         None => m,
                     }
                 }),
+                devices: Some(self.devices.clone()),
             },
         ));
         let probes = super::probes::probe_manager(
@@ -275,6 +279,7 @@ impl Pipeline<'_> {
                     event_recorder.clone(),
                 )
                 .with_pressure(self.pressure)
+                .with_allocator(Arc::new(crate::devices::DeviceAllocator(self.devices)))
                 .with_shutdown(self.runtime_state.clone()),
             ),
             rejected: Default::default(),

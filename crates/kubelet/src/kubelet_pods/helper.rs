@@ -1,7 +1,9 @@
 //! The kubelet as the runtime manager's `RuntimeHelper` (upstream
 //! `Kubelet.GenerateRunContainerOptions` and `getPullSecretsForPod`):
-//! environment, mounts and `/etc/hosts` for each container, and the pod's
-//! image pull secrets.
+//! environment, mounts and `/etc/hosts` for each container, with the
+//! devices, mounts, environment and annotations device plugins allocated
+//! to it (upstream `containerManager.GetResources`), and the pod's image
+//! pull secrets.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +43,59 @@ pub struct KubeletRuntimeHelper {
     /// RuntimeClass lookups (cluster mode; a standalone kubelet has none,
     /// as upstream).
     pub runtime_classes: Option<crate::runtimeclass::RuntimeClassManager>,
+    /// Device plugins' allocations.
+    pub devices: Option<kubelet_devicemanager::DeviceManager>,
+}
+
+/// The device plugins' part of the container's options (upstream
+/// `GetResources` → `DeviceRunContainerOptions`); it comes before the
+/// container's own environment and mounts.
+async fn device_options(
+    dm: &kubelet_devicemanager::DeviceManager,
+    p: &Pod,
+    c: &Container,
+) -> Result<RunContainerOptions, ContainerConfigError> {
+    let Some(d) = dm
+        .get_device_run_container_options(p, c)
+        .await
+        .map_err(|e| ContainerConfigError {
+            message: e.to_string(),
+        })?
+    else {
+        return Ok(RunContainerOptions::default());
+    };
+    Ok(RunContainerOptions {
+        envs: d
+            .envs
+            .into_iter()
+            .map(|(key, value)| pb::KeyValue { key, value })
+            .collect(),
+        mounts: d
+            .mounts
+            .into_iter()
+            .map(|m| pb::Mount {
+                container_path: m.container_path,
+                host_path: m.host_path,
+                readonly: m.read_only,
+                ..Default::default()
+            })
+            .collect(),
+        devices: d
+            .devices
+            .into_iter()
+            .map(|d| pb::Device {
+                container_path: d.container_path,
+                host_path: d.host_path,
+                permissions: d.permissions,
+            })
+            .collect(),
+        annotations: d.annotations,
+        cdi_devices: d
+            .cdi_devices
+            .into_iter()
+            .map(|c| pb::CdiDevice { name: c.name })
+            .collect(),
+    })
 }
 
 impl KubeletRuntimeHelper {
@@ -103,6 +158,10 @@ impl RuntimeHelper for KubeletRuntimeHelper {
         c: &Container,
         pod_ips: &[String],
     ) -> Result<RunContainerOptions, ContainerConfigError> {
+        let mut opts = match &self.devices {
+            Some(dm) => device_options(dm, p, c).await?,
+            None => RunContainerOptions::default(),
+        };
         let envs = self.envs(p, c, pod_ips).await?;
         let env: HashMap<String, String> = envs
             .iter()
@@ -133,7 +192,9 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             })?;
             mounts.push(hosts);
         }
-        Ok(RunContainerOptions { envs, mounts })
+        opts.envs.extend(envs);
+        opts.mounts.extend(mounts);
+        Ok(opts)
     }
 
     async fn lookup_runtime_handler(

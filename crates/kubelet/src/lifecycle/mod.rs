@@ -2,7 +2,11 @@
 //! `NewMainKubelet` installs, in their order: the eviction manager's
 //! (`kubelet-eviction::Pressure::admit`), the sysctl allowlist, the
 //! predicate handler (`predicate.go`: OS label and field, then
-//! `generalFilter`), AppArmor; and `Kubelet.rejectPod`). A rejected pod is
+//! `generalFilter`), AppArmor; and `Kubelet.rejectPod`). Between the
+//! sysctls and the predicates, the container manager's resource allocator
+//! ([`ResourceAllocator`]: device plugins) reserves the pod's devices, and
+//! the predicates see allocatable raised to the devices it holds (upstream
+//! `UpdatePluginResources`). A rejected pod is
 //! `Failed` with the handler's reason and `Pod was rejected: <message>`, gets
 //! a Warning event with the reason, and never starts.
 
@@ -17,6 +21,26 @@ use tokio::sync::watch;
 
 /// Why a pod was not admitted: (reason, message), upstream strings.
 pub type Rejection = (String, String);
+
+/// The container manager's resource allocation at admission (upstream
+/// `GetAllocateResourcesPodAdmitHandler` and `UpdatePluginResources`).
+pub trait ResourceAllocator: Send + Sync {
+    /// Reserves the pod's devices, or says why not (upstream
+    /// `UnexpectedAdmissionError`).
+    fn allocate(&self, p: &Pod) -> Result<(), Rejection>;
+
+    /// Raises `allocatable` so a pod holding devices passes the resource
+    /// predicate while their plugin is away (upstream
+    /// `sanitizeNodeAllocatable`).
+    fn update_plugin_resources(
+        &self,
+        p: &Pod,
+        allocatable: &mut std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    );
+}
 
 /// The node as admission sees it (upstream `getNodeAnyWay`): the Node the
 /// apiserver last returned, else the one the kubelet would register.
@@ -52,6 +76,8 @@ pub struct PodAdmitter {
     /// Whether the node is shutting down (upstream's shutdown manager is
     /// the last admit handler).
     shutdown: Option<Arc<crate::runtime_state::RuntimeState>>,
+    /// Device allocation (upstream's resource allocator admit handler).
+    allocator: Option<Arc<dyn ResourceAllocator>>,
 }
 
 fn apparmor_required(p: &Pod) -> bool {
@@ -98,7 +124,16 @@ impl PodAdmitter {
             recorder,
             pressure: None,
             shutdown: None,
+            allocator: None,
         }
+    }
+
+    /// Allocates the pod's devices after the sysctl check and before the
+    /// predicates, as upstream's handler order has it.
+    #[must_use]
+    pub fn with_allocator(mut self, allocator: Arc<dyn ResourceAllocator>) -> Self {
+        self.allocator = Some(allocator);
+        self
     }
 
     /// Refuses every pod while the node shuts down (upstream
@@ -124,7 +159,10 @@ impl PodAdmitter {
             pressure.admit(p)?;
         }
         self.sysctls.admit(p)?;
-        let node = self.node.get();
+        if let Some(a) = &self.allocator {
+            a.allocate(p)?;
+        }
+        let mut node = self.node.get();
         let node_os = node
             .metadata
             .labels
@@ -154,6 +192,11 @@ impl PodAdmitter {
                 "PodOSNotSupported".into(),
                 "Failed to admit pod as the OS field doesn't match node OS".into(),
             ));
+        }
+        if let Some(a) = &self.allocator
+            && let Some(status) = node.status.as_mut()
+        {
+            a.update_plugin_resources(p, status.allocatable.get_or_insert_with(Default::default));
         }
         if let Some(first) = predicate::general_filter(p, others, &node).first() {
             return Err(first.reason_and_message());

@@ -279,3 +279,70 @@ fn a_node_shutting_down_refuses_every_pod_last() {
     state.set_shutdown_status(None);
     assert!(a.admit(&fits, &[]).is_ok());
 }
+
+/// A device allocator with `free` devices of `example.com/dev`, holding the
+/// ones it handed out.
+struct Devices {
+    free: parking_lot::Mutex<i64>,
+    held: parking_lot::Mutex<Vec<String>>,
+}
+
+impl ResourceAllocator for Devices {
+    fn allocate(&self, p: &Pod) -> Result<(), Rejection> {
+        let mut free = self.free.lock();
+        if *free == 0 {
+            return Err((
+                "UnexpectedAdmissionError".into(),
+                "Allocate failed due to requested number of devices unavailable for example.com/dev. Requested: 1, Available: 0, which is unexpected".into(),
+            ));
+        }
+        *free -= 1;
+        self.held
+            .lock()
+            .push(p.metadata.uid.clone().unwrap_or_default());
+        Ok(())
+    }
+
+    fn update_plugin_resources(
+        &self,
+        p: &Pod,
+        allocatable: &mut std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    ) {
+        let held = self.held.lock();
+        if held.iter().any(|u| Some(u) == p.metadata.uid.as_ref()) {
+            allocatable.insert(
+                "example.com/dev".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(held.len().to_string()),
+            );
+        }
+    }
+}
+
+#[test]
+fn devices_are_allocated_before_the_predicates_and_raise_allocatable() {
+    // The node reports no device allocatable (its plugin is away), as after a
+    // kubelet restart: the pod holding a device still passes the predicate.
+    let n = node(json!({"status": {"allocatable": {"pods": "3", "cpu": "2", "memory": "1Gi",
+        "example.com/dev": "0"}}}));
+    let devices = Arc::new(Devices {
+        free: parking_lot::Mutex::new(1),
+        held: Default::default(),
+    });
+    let (a, _) = admitter(n, false);
+    let a = a.with_allocator(devices.clone());
+    let wants = json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"example.com/dev": "1"}, "limits": {"example.com/dev": "1"}}}]});
+    assert_eq!(a.admit(&pod(wants.clone()), &[]), Ok(()));
+    // The allocator refuses the next before the resource predicate runs.
+    let mut second = pod(wants);
+    second.metadata.uid = Some("u2".into());
+    let (reason, message) = a.admit(&second, &[]).expect_err("no device left");
+    assert_eq!(reason, "UnexpectedAdmissionError");
+    assert!(message.starts_with("Allocate failed due to requested number of devices unavailable"));
+    // A pod without devices is checked against the node as it is.
+    let cpu = pod(json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}));
+    assert_eq!(a.admit(&cpu, &[]).expect_err("no cpu").0, "OutOfcpu");
+}

@@ -36,6 +36,7 @@ impl RuntimeHelper for Helper {
                 readonly: true,
                 ..Default::default()
             }],
+            ..Default::default()
         })
     }
 

@@ -1,0 +1,118 @@
+//! The device manager and the pod-resources API in the kubelet (upstream
+//! `containerManager.Start` starting the device manager, and
+//! `Kubelet.ListenAndServePodResources` on
+//! `<root-dir>/pod-resources/kubelet.sock`). Both sockets are bound in
+//! `App::build`, so a kubelet that cannot serve them does not start, as
+//! upstream; the server and the device manager's housekeeping run on the
+//! task tracker until the kubelet stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubelet_config::KubeletConfig;
+use kubelet_devicemanager::{DeviceManager, DeviceManagerConfig};
+use kubelet_podresources::{PodResourcesProviders, PodResourcesServer, RateLimit};
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info_span};
+
+use super::spawn::spawn_in;
+use crate::devices::{
+    KubeletActivePods, ResourceDevices, ResourceMetrics, ResourcePods, running_containers,
+};
+use crate::error::Error as AppError;
+use crate::pod_manager::PodManager;
+use crate::status::StatusManager;
+
+/// How often devices of pods gone are freed (upstream frees them before
+/// each allocation and each pod-resources `List`; this keeps the
+/// checkpoint and node status current between those too).
+const FREE_DEVICES_PERIOD: Duration = Duration::from_secs(10);
+
+/// The device manager, started, and the pod-resources socket, bound.
+pub(super) struct Devices {
+    pub manager: DeviceManager,
+    pub active: Arc<KubeletActivePods>,
+    listener: UnixListener,
+}
+
+/// Starts the device manager (its checkpoint read and registration socket
+/// served before any pod is admitted) and binds the pod-resources socket.
+pub(super) async fn build(
+    cfg: &KubeletConfig,
+    runtime: &dyn cri::RuntimeService,
+) -> Result<Devices, AppError> {
+    let active = Arc::new(KubeletActivePods::default());
+    let manager = DeviceManager::new(DeviceManagerConfig::new(&cfg.root_dir));
+    let running = running_containers(runtime).await;
+    if let Err(e) = manager.start(active.clone(), running).await {
+        error!(error = %e, "Failed to start ContainerManager: the device plugin manager could not start");
+        return Err(AppError::Cluster(
+            "Failed to start ContainerManager: the device plugin manager could not start",
+        ));
+    }
+    let socket = kubelet_podresources::socket_path(&cfg.root_dir);
+    let listener = match kubelet_podresources::bind(&socket).await {
+        Ok(l) => l,
+        Err(e) => {
+            manager.stop();
+            error!(error = %e, "Failed to start the pod-resources API server");
+            return Err(AppError::Cluster(
+                "Failed to start the pod-resources API server",
+            ));
+        }
+    };
+    Ok(Devices {
+        manager,
+        active,
+        listener,
+    })
+}
+
+/// What the pod-resources API and the device manager read of the running kubelet.
+pub(super) struct Wiring {
+    pub pods: PodManager,
+    pub status: Arc<StatusManager>,
+    pub sources_ready: Arc<kubelet_podconfig::SourcesReady>,
+    pub metrics: Arc<kubelet_metrics::KubeletMetrics>,
+}
+
+impl Devices {
+    /// Binds the pod pipeline, serves the pod-resources API and frees the
+    /// devices of pods gone; the device manager stops with the kubelet.
+    pub(super) fn spawn(self, w: Wiring, tasks: &TaskTracker, stop: &CancellationToken) {
+        self.active
+            .bind(w.pods.clone(), w.status.clone(), w.sources_ready);
+        let providers = PodResourcesProviders {
+            pods: Arc::new(ResourcePods {
+                pods: w.pods,
+                status: w.status,
+            }),
+            devices: Arc::new(ResourceDevices(self.manager.clone())),
+            cpus: Arc::new(kubelet_podresources::NoCpus),
+            memory: Arc::new(kubelet_podresources::NoMemory),
+        };
+        let server = PodResourcesServer::new(providers, RateLimit::default())
+            .with_metrics(Arc::new(ResourceMetrics(w.metrics)));
+        let cancel = stop.child_token();
+        spawn_in(tasks, info_span!("pod_resources"), async move {
+            if let Err(e) = kubelet_podresources::serve(self.listener, server, cancel).await {
+                error!(error = %e, "The pod-resources API server stopped");
+            }
+        });
+        let manager = self.manager;
+        let stop = stop.child_token();
+        spawn_in(tasks, info_span!("device_manager"), async move {
+            let mut tick = tokio::time::interval(FREE_DEVICES_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => manager.update_allocated_devices(),
+                }
+            }
+            manager.stop();
+        });
+    }
+}
