@@ -11,6 +11,10 @@ pub enum Error {
     /// The CRI endpoint is unusable.
     #[error("container runtime client: {0}")]
     Runtime(#[from] cri::CriError),
+    /// `--image-credential-provider-config` or its plugins are unusable
+    /// (upstream stops the kubelet too).
+    #[error("Failed to register CRI auth plugins: {0}")]
+    CredentialProviders(#[source] kubelet_credentialprovider::Error),
     /// The healthz address cannot be bound.
     #[error("cannot listen on healthz address {addr}: {source}")]
     Healthz {

@@ -130,7 +130,8 @@ impl KubeRuntimeManager {
             probes: None,
             specs: Mutex::new(HashMap::new()),
             runtime,
-            images: ImageManager::new(images),
+            images: ImageManager::new(images)
+                .with_credential_providers(cfg.image_credential_providers.clone()),
             cfg,
             backoff: Backoff::default(),
             reasons: Mutex::new(HashMap::new()),

@@ -148,6 +148,14 @@ impl App {
             .unwrap_or(0),
             ..RuntimeConfig::default()
         };
+        rcfg.image_credential_providers = kubelet_credentialprovider::register_from_flags(
+            cfg.image_credential_provider_config.as_deref(),
+            cfg.image_credential_provider_bin_dir.as_deref(),
+            kubelet_credentialprovider::RegisterOptions::default(),
+        )
+        .await
+        .map_err(AppError::CredentialProviders)?
+        .map(|p| p as Arc<dyn kubelet_runtime::credentialprovider::ExternalCredentialProviders>);
         let container_manager = cm::start(&cfg, &machine, &mut rcfg)
             .await
             .map_err(|_| AppError::Cluster("Failed to start ContainerManager"))?;
