@@ -14,6 +14,7 @@
 
 pub mod active_deadline;
 mod app;
+pub mod credential_tokens;
 pub mod csi_host;
 pub mod devices;
 pub mod envvars;
