@@ -1,1 +1,506 @@
 //! CSI volumes (upstream `pkg/volume/csi`, `test/e2e/storage/csi_mock`) on real containerd.
+//!
+//! A host-path CSI driver (`kubelet-test-util`'s) registers through the
+//! kubelet's plugin watcher as a deployed driver with its registrar does;
+//! the test plays the control plane (CSIDriver object, PV binding, the
+//! external-attacher marking the VolumeAttachment attached). Each test
+//! checks what the driver was asked (upstream's paths and volume context)
+//! and what the pod sees.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use apiserver_double::Options;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kubelet_rs_integration::cluster::{Joined, phase};
+use kubelet_rs_integration::*;
+use kubelet_test_util::csi_driver::api::{
+    DriverSpec, attachment_name, create_attachment, create_csi_driver, csi_pv, mark_attached,
+};
+use kubelet_test_util::csi_driver::{CsiDriver, DriverConfig, Fault, Request};
+use serde_json::{Value, json};
+use tonic::Code;
+
+const T: Duration = Duration::from_secs(60);
+const DRIVER: &str = "hostpath.csi.kubelet-rs.test";
+
+/// A kubelet joined to the double, with the test driver registered.
+struct Env {
+    j: Joined,
+    driver: CsiDriver,
+    _data: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start(spec: DriverSpec) -> Env {
+        let j = Joined::start(Options::default()).await;
+        create_csi_driver(&j.admin, DRIVER, &spec)
+            .await
+            .expect("CSIDriver");
+        let data = tempfile::tempdir().expect("data dir");
+        let config = DriverConfig::new(DRIVER, &j.node.name, data.path());
+        let driver = CsiDriver::start_in_root(config, &j.node.root_dir())
+            .await
+            .expect("driver");
+        let status = driver.wait_registration(T).await.expect("registration");
+        assert!(status.registered, "registration refused: {}", status.error);
+        let env = Env {
+            j,
+            driver,
+            _data: data,
+        };
+        env.wait_csi_node_lists_driver().await;
+        env
+    }
+
+    async fn wait_csi_node_lists_driver(&self) {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let node = self.j.api.get("csinodes", "", &self.j.node.name);
+            let listed = node.as_ref().is_some_and(|n| {
+                n["spec"]["drivers"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|d| d["name"] == DRIVER))
+            });
+            if listed {
+                let d = &node.as_ref().expect("csinode")["spec"]["drivers"][0];
+                assert_eq!(d["nodeID"], self.j.node.name.as_str());
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "CSINode never listed the driver: {node:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A claim `claim` bound to a CSI PV `pv` of volume `handle`, whose
+    /// data directory holds `hello` with `content`.
+    async fn bound_claim(&self, claim: &str, pv: &str, handle: &str, content: &str) {
+        let dir = self.driver.volume_path(handle);
+        std::fs::create_dir_all(&dir).expect("volume dir");
+        std::fs::write(dir.join("hello"), content).expect("volume file");
+        let claims = Api::<PersistentVolumeClaim>::namespaced(self.j.admin.clone(), "default");
+        let c: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .expect("pvc");
+        let c = claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("create pvc");
+        let mut v = csi_pv(
+            pv,
+            DRIVER,
+            handle,
+            ("default", claim),
+            None,
+            None,
+            "Filesystem",
+        );
+        v["spec"]["claimRef"]["uid"] = json!(c.metadata.uid);
+        let v: PersistentVolume = serde_json::from_value(v).expect("pv");
+        Api::<PersistentVolume>::all(self.j.admin.clone())
+            .create(&PostParams::default(), &v)
+            .await
+            .expect("create pv");
+        claims
+            .patch_status(
+                claim,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Bound",
+                    "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
+            )
+            .await
+            .expect("bind");
+    }
+
+    async fn delete_pod(&self, name: &str) {
+        Api::<Pod>::namespaced(self.j.admin.clone(), "default")
+            .delete(&self.j.pod_name(name), &Default::default())
+            .await
+            .expect("delete pod");
+        self.j.wait_api(name, T, "gone", |p| p.is_none()).await;
+    }
+
+    async fn call(&self, method: &str) -> Request {
+        self.driver
+            .wait_for_call(method, Code::Ok, T)
+            .await
+            .unwrap_or_else(|| panic!("no successful {method}: {:?}", self.driver.calls()))
+            .request
+    }
+
+    fn ok_calls(&self, method: &str) -> usize {
+        self.driver
+            .calls_of(method)
+            .iter()
+            .filter(|c| c.code == Code::Ok)
+            .count()
+    }
+
+    fn pods_dir(&self) -> PathBuf {
+        self.j.node.root_dir().join("pods")
+    }
+}
+
+fn uid(p: &Option<Value>) -> String {
+    p.as_ref()
+        .and_then(|p| p["metadata"]["uid"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// What container `main` of the pod printed.
+fn log_of(j: &Joined, name: &str, uid: &str) -> String {
+    let path = format!(
+        "/var/log/pods/default_{}_{uid}/main/0.log",
+        j.pod_name(name)
+    );
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn wait_log(j: &Joined, name: &str, uid: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + T;
+    while !log_of(j, name, uid).contains(want) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "log never had {want:?}: {:?}",
+            log_of(j, name, uid)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_gone(path: &Path) {
+    let deadline = tokio::time::Instant::now() + T;
+    while path.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} stayed",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn claim_pod(claim: &str) -> Value {
+    json!({
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": BUSYBOX,
+            "command": ["sh", "-c", "cat /data/hello; echo; echo from-pod > /data/written; sleep 3600"],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+    })
+}
+
+fn inline_pod() -> Value {
+    json!({
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": BUSYBOX,
+            "command": ["sh", "-c", "echo inline > /data/file; cat /data/file; sleep 3600"],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/data"}]}],
+        "volumes": [{"name": "scratch", "csi": {"driver": DRIVER,
+            "volumeAttributes": {"size": "1Mi"}}}]
+    })
+}
+
+fn ephemeral_spec() -> DriverSpec {
+    DriverSpec {
+        attach_required: Some(false),
+        pod_info_on_mount: Some(true),
+        volume_lifecycle_modes: vec!["Persistent".into(), "Ephemeral".into()],
+        ..DriverSpec::default()
+    }
+}
+
+/// (a) A claim bound to a CSI PV of a driver that needs attaching: the pod
+/// waits for the VolumeAttachment, then the volume is staged and published
+/// on upstream's paths, the container sees the volume's files, the pod's
+/// summary lists the volume's stats, and deleting the pod unpublishes and
+/// unstages it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
+    let env = Env::start(DriverSpec {
+        attach_required: Some(true),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    env.bound_claim("claim-a", "pv-a", "vol-a", "hello-from-csi")
+        .await;
+    j.create_pod("attach", claim_pod("claim-a")).await;
+
+    // Not attached: nothing is staged and the pod does not start.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.driver.calls_of("NodeStageVolume").len(), 0);
+    assert_ne!(phase(j.api_pod("attach").as_ref()), Some("Running"));
+
+    let va = attachment_name("vol-a", DRIVER, &j.node.name);
+    create_attachment(&j.admin, "pv-a", "vol-a", DRIVER, &j.node.name)
+        .await
+        .expect("VolumeAttachment");
+    mark_attached(&j.admin, &va, None).await.expect("attached");
+
+    let p = j
+        .wait_api("attach", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let uid = uid(&p);
+    wait_log(j, "attach", &uid, "hello-from-csi").await;
+
+    let root = j.node.root_dir();
+    let staging = root
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER)
+        .join(kubelet_csi::paths::sha256_hex("vol-a"))
+        .join("globalmount");
+    let vol_dir = env
+        .pods_dir()
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/pv-a");
+    let Request::NodeStageVolume(stage) = env.call("NodeStageVolume").await else {
+        panic!("stage")
+    };
+    assert_eq!(Path::new(&stage.staging_target_path), staging);
+    assert_eq!(stage.volume_id, "vol-a");
+    let Request::NodePublishVolume(publish) = env.call("NodePublishVolume").await else {
+        panic!("publish")
+    };
+    assert_eq!(Path::new(&publish.target_path), vol_dir.join("mount"));
+    assert_eq!(Path::new(&publish.staging_target_path), staging);
+    let data: Value = serde_json::from_slice(
+        &std::fs::read(vol_dir.join("vol_data.json")).expect("vol_data.json"),
+    )
+    .expect("json");
+    assert_eq!(data["driverName"], DRIVER);
+    assert_eq!(data["volumeHandle"], "vol-a");
+    assert_eq!(data["specVolID"], "pv-a");
+    assert_eq!(data["attachmentID"], va.as_str());
+    assert_eq!(data["volumeLifecycleMode"], "Persistent");
+    let deadline = tokio::time::Instant::now() + T;
+    let written = env.driver.volume_path("vol-a").join("written");
+    while !written.exists() {
+        assert!(tokio::time::Instant::now() < deadline, "pod wrote nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The summary lists the volume as the pod names it, with its claim.
+    let summary = kubelet_server::stats::StatsProvider::summary(&*j.node.handle().host)
+        .await
+        .expect("summary");
+    let pod = summary
+        .pods
+        .iter()
+        .find(|p| p.pod_ref.uid == uid)
+        .expect("pod in summary");
+    assert_eq!(pod.volume.len(), 1, "{:?}", pod.volume);
+    assert_eq!(pod.volume[0].name, "data");
+    assert_eq!(
+        pod.volume[0].pvc_ref.as_ref().map(|r| r.name.as_str()),
+        Some("claim-a")
+    );
+    assert!(pod.volume[0].fs.capacity_bytes.is_some());
+
+    env.delete_pod("attach").await;
+    let Request::NodeUnpublishVolume(unpublish) = env.call("NodeUnpublishVolume").await else {
+        panic!("unpublish")
+    };
+    assert_eq!(Path::new(&unpublish.target_path), vol_dir.join("mount"));
+    let Request::NodeUnstageVolume(unstage) = env.call("NodeUnstageVolume").await else {
+        panic!("unstage")
+    };
+    assert_eq!(Path::new(&unstage.staging_target_path), staging);
+    wait_gone(&vol_dir).await;
+    wait_gone(&staging).await;
+    assert!(env.driver.published().is_empty());
+    env.j.cleanup().await;
+}
+
+/// (b) An inline ephemeral volume of a driver with `podInfoOnMount`
+/// (upstream csi_mock "CSI workload information using mock driver"): the
+/// volume context names the pod and says the volume is ephemeral; there is
+/// no staging; deleting the pod unpublishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_ephemeral_volume_gets_the_pod_info_and_is_unpublished() {
+    let env = Env::start(ephemeral_spec()).await;
+    let j = &env.j;
+    j.create_pod("inline", inline_pod()).await;
+    let p = j
+        .wait_api("inline", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let uid = uid(&p);
+    wait_log(j, "inline", &uid, "inline").await;
+    let Request::NodePublishVolume(publish) = env.call("NodePublishVolume").await else {
+        panic!("publish")
+    };
+    let ctx = &publish.volume_context;
+    let get = |k: &str| ctx.get(k).map(String::as_str);
+    assert_eq!(get("csi.storage.k8s.io/ephemeral"), Some("true"));
+    assert_eq!(
+        get("csi.storage.k8s.io/pod.name"),
+        Some(j.pod_name("inline").as_str())
+    );
+    assert_eq!(get("csi.storage.k8s.io/pod.namespace"), Some("default"));
+    assert_eq!(get("csi.storage.k8s.io/pod.uid"), Some(uid.as_str()));
+    assert!(ctx.contains_key("csi.storage.k8s.io/serviceAccount.name"));
+    assert_eq!(get("size"), Some("1Mi"));
+    let vol_dir = env
+        .pods_dir()
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/scratch");
+    assert_eq!(Path::new(&publish.target_path), vol_dir.join("mount"));
+    assert_eq!(env.driver.calls_of("NodeStageVolume").len(), 0);
+
+    env.delete_pod("inline").await;
+    env.call("NodeUnpublishVolume").await;
+    wait_gone(&vol_dir).await;
+    assert_eq!(env.driver.calls_of("NodeUnstageVolume").len(), 0);
+    env.j.cleanup().await;
+}
+
+/// (c) The driver restarts while a pod uses its volume: the plugin watcher
+/// registers it again, the pod keeps running, and its volume is
+/// unpublished through the new driver process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_restart_reregisters_and_the_pod_keeps_running() {
+    let mut env = Env::start(ephemeral_spec()).await;
+    env.j.create_pod("restart", inline_pod()).await;
+    let p = env
+        .j
+        .wait_api("restart", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let container =
+        p.as_ref().expect("pod")["status"]["containerStatuses"][0]["containerID"].clone();
+    let before = env.driver.registration_statuses().len();
+    env.driver.restart().await.expect("driver restart");
+    let deadline = tokio::time::Instant::now() + T;
+    while env.driver.registration_statuses().len() <= before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never re-registered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        env.driver
+            .registration_statuses()
+            .last()
+            .is_some_and(|s| s.registered)
+    );
+    env.wait_csi_node_lists_driver().await;
+    let p = env.j.api_pod("restart");
+    assert_eq!(phase(p.as_ref()), Some("Running"));
+    assert_eq!(
+        p.as_ref().expect("pod")["status"]["containerStatuses"][0]["containerID"],
+        container
+    );
+    env.driver.clear_calls();
+    env.delete_pod("restart").await;
+    env.call("NodeUnpublishVolume").await;
+    env.j.cleanup().await;
+}
+
+/// (d) The kubelet restarts with a CSI volume mounted: the volume is
+/// adopted (no stage or publish again), the pod is not restarted, and
+/// deleting it later unpublishes and unstages it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_restart_adopts_the_mounted_volume_and_tears_it_down_later() {
+    let mut env = Env::start(DriverSpec {
+        attach_required: Some(false),
+        ..DriverSpec::default()
+    })
+    .await;
+    env.bound_claim("claim-d", "pv-d", "vol-d", "kept").await;
+    env.j.create_pod("adopt", claim_pod("claim-d")).await;
+    let p = env
+        .j
+        .wait_api("adopt", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let container =
+        p.as_ref().expect("pod")["status"]["containerStatuses"][0]["containerID"].clone();
+    let (staged, published) = (
+        env.ok_calls("NodeStageVolume"),
+        env.ok_calls("NodePublishVolume"),
+    );
+    assert_eq!((staged, published), (1, 1));
+
+    env.j.node.restart().await;
+    let name = env.j.pod_name("adopt");
+    env.j
+        .node
+        .wait_status("adopt", T, "running again", |s| is_running(s, "main"))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    // Give the new kubelet's volume manager a few loops.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.ok_calls("NodeStageVolume"), staged, "staged again");
+    assert_eq!(
+        env.ok_calls("NodePublishVolume"),
+        published,
+        "published again"
+    );
+    let p = env.j.api_pod("adopt");
+    assert_eq!(
+        p.as_ref().expect("pod")["status"]["containerStatuses"][0]["containerID"],
+        container,
+        "the container was restarted"
+    );
+    assert_eq!(
+        p.as_ref().expect("pod")["status"]["containerStatuses"][0]["restartCount"],
+        0
+    );
+
+    env.delete_pod("adopt").await;
+    env.call("NodeUnpublishVolume").await;
+    env.call("NodeUnstageVolume").await;
+    assert!(env.driver.published().is_empty());
+    assert!(env.driver.staged().is_empty());
+    env.j.cleanup().await;
+}
+
+/// (e) From csi_mock: a NodePublishVolume error is a `FailedMount` event
+/// with the driver's message, and the pod starts once the driver stops
+/// failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stops() {
+    let env = Env::start(ephemeral_spec()).await;
+    let j = &env.j;
+    env.driver.set_fault(
+        "NodePublishVolume",
+        Fault::Fail(Code::Internal, "fake publish failure".into()),
+    );
+    j.create_pod("failing", inline_pod()).await;
+    let want = "MountVolume.SetUp failed for volume \"scratch\" : rpc error: code = Internal desc = fake publish failure";
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = j.pod_events("failing");
+        if events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "FailedMount" && m == want)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no FailedMount event {want:?}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(phase(j.api_pod("failing").as_ref()), Some("Running"));
+    env.driver.clear_fault("NodePublishVolume");
+    j.wait_api("failing", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    env.delete_pod("failing").await;
+    env.call("NodeUnpublishVolume").await;
+    env.j.cleanup().await;
+}

@@ -38,6 +38,7 @@ mod mounter;
 pub mod nodeinfo;
 pub mod paths;
 pub mod plugin;
+pub mod pod_volumes;
 pub mod reconstruct;
 pub mod registration;
 mod stager;
@@ -51,6 +52,7 @@ pub use error::{Error, Result};
 pub use host::CsiHost;
 pub use mounter::{MountedCsiVolume, TornDown};
 pub use plugin::{CsiPlugin, CsiVolume, Timeouts};
+pub use pod_volumes::PodVolumeRef;
 pub use reconstruct::ReconstructedVolume;
 pub use registration::RegistrationHandler;
 

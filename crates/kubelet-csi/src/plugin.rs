@@ -185,6 +185,7 @@ pub struct CsiPlugin {
     pub(crate) drivers: Arc<DriversStore>,
     pub(crate) layout: Layout,
     pub(crate) timeouts: Timeouts,
+    pub(crate) pod_volumes: crate::pod_volumes::PodVolumes,
 }
 
 impl CsiPlugin {
@@ -195,12 +196,18 @@ impl CsiPlugin {
             drivers: Arc::new(DriversStore::default()),
             layout: Layout::new(root_dir),
             timeouts,
+            pod_volumes: Default::default(),
         }
     }
 
     /// The handler to register with the plugin manager for `CSIPlugin` sockets.
     pub fn registration_handler(&self) -> RegistrationHandler {
         RegistrationHandler::new(self.host.clone(), self.drivers.clone())
+    }
+
+    /// The apiserver as the plugin reads it.
+    pub fn host(&self) -> &Arc<dyn CsiHost> {
+        &self.host
     }
 
     /// The registered drivers.

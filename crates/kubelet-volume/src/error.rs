@@ -34,6 +34,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A plugin outside this crate (CSI) failed; its `Display` is already
+    /// upstream's whole event text (`MountVolume.SetUp failed for volume
+    /// "pv-1" : ...`), used as is.
+    #[error(transparent)]
+    Plugin(Box<dyn std::error::Error + Send + Sync>),
     /// A mount or unmount failed.
     #[error("{context} {path}: {source}")]
     Mount {

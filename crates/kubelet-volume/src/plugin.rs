@@ -24,6 +24,9 @@ pub mod names {
     pub const PROJECTED: &str = "kubernetes.io~projected";
     /// `kubernetes.io/local-volume` (a PVC bound to a local PV).
     pub const LOCAL_VOLUME: &str = "kubernetes.io~local-volume";
+    /// `kubernetes.io/csi` (inline `csi:` volumes and CSI PersistentVolumes;
+    /// served by `kubelet-csi` through the kubelet).
+    pub const CSI: &str = "kubernetes.io~csi";
 }
 
 /// What a set-up volume gives the containers that mount it.
@@ -99,9 +102,12 @@ pub fn plugin_for(v: &Volume) -> Result<&'static str> {
         DOWNWARD_API
     } else if v.projected.is_some() {
         PROJECTED
-    } else if v.persistent_volume_claim.is_some() {
-        // Resolved to the bound PV's plugin by `pvc`.
+    } else if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+        // Resolved to the bound PV's plugin by `pvc` (a generic ephemeral
+        // volume is its claim `<pod>-<volume>`).
         LOCAL_VOLUME
+    } else if v.csi.is_some() {
+        CSI
     } else {
         return Err(unsupported(&source_kind(v)));
     })

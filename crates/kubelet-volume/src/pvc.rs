@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume};
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+};
 
 use crate::hostpath::validate_path_no_backsteps;
 use crate::mount::{bind_mount_blocking, blocking, is_mount_point_blocking, mount_refs_blocking};
@@ -28,21 +30,90 @@ const NOT_SOURCES: &[&str] = &[
     "volumeMode",
 ];
 
-/// Sets up the pod volume `req.volume` (a `persistentVolumeClaim` source).
+/// Sets up the pod volume `req.volume` (a `persistentVolumeClaim` or a
+/// generic `ephemeral` source).
 pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<MountedVolume> {
-    let Some(src) = req.volume.persistent_volume_claim.as_ref() else {
+    let Some((pv, read_only)) = resolve_volume(host, req.pod, req.volume).await? else {
         return Err(Error::Invalid(format!(
             "volume {:?} is not a persistentVolumeClaim volume",
             req.volume.name
         )));
     };
-    let read_only = src.read_only.unwrap_or(false);
-    let pv = resolve(
-        host,
-        kubelet_types::pod::namespace(req.pod),
-        &src.claim_name,
-    )
-    .await?;
+    set_up_bound(host, req, &pv, read_only).await
+}
+
+/// The claim a pod volume uses (name, `readOnly`, whether it is a generic
+/// ephemeral volume): its `persistentVolumeClaim`, or for an `ephemeral`
+/// volume the claim the control plane creates, `<pod name>-<volume name>`
+/// (upstream `ephemeral.VolumeClaimName`). `None` for other volumes.
+pub fn claim_of(pod: &Pod, volume: &Volume) -> Option<(String, bool, bool)> {
+    if let Some(src) = volume.persistent_volume_claim.as_ref() {
+        return Some((
+            src.claim_name.clone(),
+            src.read_only.unwrap_or(false),
+            false,
+        ));
+    }
+    volume.ephemeral.as_ref().map(|_| {
+        (
+            format!("{}-{}", kubelet_types::pod::name(pod), volume.name),
+            false,
+            true,
+        )
+    })
+}
+
+/// Upstream `ephemeral.VolumeIsForPod`: the claim of a generic ephemeral
+/// volume must be controlled by the pod.
+fn check_claim_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<()> {
+    let (pod_ns, pod_name) = (
+        kubelet_types::pod::namespace(pod),
+        kubelet_types::pod::name(pod),
+    );
+    let pvc_ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
+    let controlled = pvc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == kubelet_types::pod::uid(pod));
+    if pvc_ns != pod_ns || !controlled {
+        return Err(Error::Invalid(format!(
+            "PVC {pvc_ns}/{} was not created for pod {pod_ns}/{pod_name} (pod is not owner)",
+            pvc.metadata.name.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// The PV bound to the claim of `volume` and the claim's `readOnly`
+/// (upstream's populator `createVolumeSpec`): the claim must be bound, a
+/// generic ephemeral volume's claim must be the pod's, and the PV must
+/// name the claim. `None` when the volume uses no claim.
+pub async fn resolve_volume(
+    host: &dyn VolumeHost,
+    pod: &Pod,
+    volume: &Volume,
+) -> Result<Option<(PersistentVolume, bool)>> {
+    let Some((claim, read_only, ephemeral)) = claim_of(pod, volume) else {
+        return Ok(None);
+    };
+    let namespace = kubelet_types::pod::namespace(pod);
+    let pvc = bound_claim(host, namespace, &claim).await?;
+    if ephemeral {
+        check_claim_is_for_pod(pod, &pvc)?;
+    }
+    let pv = claimed_volume(host, namespace, &claim, &pvc).await?;
+    Ok(Some((pv, read_only)))
+}
+
+/// Sets up a claim volume whose bound PV is `pv` (local or hostPath).
+pub async fn set_up_bound(
+    host: &dyn VolumeHost,
+    req: SetUpRequest<'_>,
+    pv: &PersistentVolume,
+    read_only: bool,
+) -> Result<MountedVolume> {
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     if spec.volume_mode.as_deref() == Some("Block") {
@@ -51,7 +122,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
             kind: "block-mode PersistentVolume".into(),
         });
     }
-    if let Err(e) = check_node_affinity(&pv, &host.node_labels()) {
+    if let Err(e) = check_node_affinity(pv, &host.node_labels()) {
         return Err(Error::Invalid(format!(
             "MountVolume.NodeAffinity check failed for volume {pv_name:?} : {e}"
         )));
@@ -102,8 +173,22 @@ pub async fn resolve(
     namespace: &str,
     claim: &str,
 ) -> Result<PersistentVolume> {
-    let fail =
-        |msg: String| Error::Invalid(format!("error processing PVC {namespace}/{claim}: {msg}"));
+    let pvc = bound_claim(host, namespace, claim).await?;
+    claimed_volume(host, namespace, claim, &pvc).await
+}
+
+fn claim_error(namespace: &str, claim: &str, msg: String) -> Error {
+    Error::Invalid(format!("error processing PVC {namespace}/{claim}: {msg}"))
+}
+
+/// The claim `namespace/claim`, which must be bound and not being deleted
+/// (upstream `getPVCExtractPV`).
+pub async fn bound_claim(
+    host: &dyn VolumeHost,
+    namespace: &str,
+    claim: &str,
+) -> Result<PersistentVolumeClaim> {
+    let fail = |msg: String| claim_error(namespace, claim, msg);
     let pvc = host
         .get_persistent_volume_claim(namespace, claim)
         .await
@@ -128,6 +213,22 @@ pub async fn resolve(
             "PVC {namespace}/{claim} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume_name:?})"
         )));
     }
+    Ok(pvc)
+}
+
+/// The PV `pvc` is bound to, which must name the claim (upstream `getPVSpec`).
+pub async fn claimed_volume(
+    host: &dyn VolumeHost,
+    namespace: &str,
+    claim: &str,
+    pvc: &PersistentVolumeClaim,
+) -> Result<PersistentVolume> {
+    let fail = |msg: String| claim_error(namespace, claim, msg);
+    let volume_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
     let pv = host
         .get_persistent_volume(&volume_name)
         .await
@@ -497,5 +598,72 @@ mod tests {
             !term_matches(&NodeSelectorTerm::default(), &labels),
             "an empty term matches nothing"
         );
+    }
+}
+
+#[cfg(test)]
+mod ephemeral_tests {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Volume};
+    use serde_json::json;
+
+    use super::*;
+    use crate::plugin::fake::FakeHost;
+
+    fn claim(owner_uid: Option<&str>) -> PersistentVolumeClaim {
+        let mut c = json!({
+            "metadata": {"name": "p-scratch", "namespace": "ns", "uid": "claim-uid"},
+            "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"},
+        });
+        if let Some(uid) = owner_uid {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod",
+                "name": "p", "uid": uid, "controller": true}]);
+        }
+        serde_json::from_value(c).expect("claim")
+    }
+
+    fn host(claim: PersistentVolumeClaim) -> FakeHost {
+        let pv = serde_json::from_value(json!({"metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"uid": "claim-uid"}, "csi": {"driver": "d", "volumeHandle": "h"}}}))
+        .expect("pv");
+        FakeHost {
+            pvcs: BTreeMap::from([("p-scratch".to_string(), claim)]),
+            pvs: BTreeMap::from([("pv-1".to_string(), pv)]),
+            ..Default::default()
+        }
+    }
+
+    fn pod_and_volume() -> (Pod, Volume) {
+        let pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns",
+            "uid": "pod-uid"}, "spec": {"containers": []}}))
+        .expect("pod");
+        let volume = serde_json::from_value(json!({"name": "scratch",
+            "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}}))
+        .expect("volume");
+        (pod, volume)
+    }
+
+    #[tokio::test]
+    async fn a_generic_ephemeral_volume_uses_the_pods_own_claim() {
+        let (pod, volume) = pod_and_volume();
+        assert_eq!(
+            claim_of(&pod, &volume),
+            Some(("p-scratch".to_string(), false, true))
+        );
+        let (pv, read_only) = resolve_volume(&host(claim(Some("pod-uid"))), &pod, &volume)
+            .await
+            .expect("resolved")
+            .expect("a claim");
+        assert_eq!(pv.metadata.name.as_deref(), Some("pv-1"));
+        assert!(!read_only);
+
+        for owner in [None, Some("another-pod")] {
+            let e = resolve_volume(&host(claim(owner)), &pod, &volume)
+                .await
+                .expect_err("not the pod's");
+            assert_eq!(
+                e.to_string(),
+                "PVC ns/p-scratch was not created for pod ns/p (pod is not owner)"
+            );
+        }
     }
 }

@@ -5,19 +5,22 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_client::clock::SystemClock;
+use kubelet_pluginmanager::PluginHandler;
 use kubelet_podconfig::SourcesReady;
 use kubelet_runtime::pleg::PodCache;
 use kubelet_types::events::Recorder;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::info_span;
+use tracing::{debug, info, info_span, warn};
 
 use super::spawn::spawn_in;
+use crate::csi_host::KubeletCsiHost;
 use crate::objects::ObjectKey;
 use crate::objects::pvc::PersistentVolumeGetter;
 use crate::objects::services::{Compat, ServiceLister};
@@ -25,7 +28,7 @@ use crate::objects::token::TokenManager;
 use crate::objects::watch::WatchBasedManager;
 use crate::pod_manager::PodManager;
 use crate::volume_host::KubeletVolumeHost;
-use crate::volumemanager::{KubeletVolumeOps, VolumeManager};
+use crate::volumemanager::{CsiVolumes, KubeletVolumeOps, VolumeManager};
 
 /// The running volume subsystem.
 pub(super) struct Volumes {
@@ -35,7 +38,7 @@ pub(super) struct Volumes {
     /// The CSI volume plugin (cluster mode), for volume stats.
     pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
     /// Registration handlers for the plugin manager, by plugin type.
-    pub plugin_handlers: Vec<(&'static str, Arc<dyn kubelet_pluginmanager::PluginHandler>)>,
+    pub plugin_handlers: Vec<(&'static str, Arc<dyn PluginHandler>)>,
 }
 
 /// What it is built from.
@@ -91,6 +94,20 @@ impl VolumeWiring<'_> {
             tasks,
             stop,
         );
+        // Cluster mode: the CSI plugin, its drivers registered through the
+        // plugin manager.
+        let csi = client.clone().map(|c| {
+            let csi_host: Arc<dyn kubelet_csi::CsiHost> = Arc::new(KubeletCsiHost::new(
+                c,
+                self.cfg.node_name.clone(),
+                tokens.clone(),
+            ));
+            Arc::new(kubelet_csi::CsiPlugin::new(
+                csi_host,
+                &self.cfg.root_dir,
+                kubelet_csi::Timeouts::default(),
+            ))
+        });
         let host = Arc::new(KubeletVolumeHost {
             config_maps: config_maps.clone(),
             secrets: secrets.clone(),
@@ -114,8 +131,28 @@ impl VolumeWiring<'_> {
                     .get(uid)
                     .is_none_or(|s| s.live_containers().next().is_none() && !s.has_ready_sandbox())
         });
+        let mut ops = KubeletVolumeOps::new(host.clone());
+        let mut plugin_handlers: Vec<(&'static str, Arc<dyn PluginHandler>)> = Vec::new();
+        if let Some(plugin) = &csi {
+            let volumes = Arc::new(CsiVolumes::new(plugin.clone()));
+            ops = ops.with_csi(volumes.clone());
+            plugin_handlers.push((
+                kubelet_pluginmanager::CSI_PLUGIN,
+                Arc::new(plugin.registration_handler()),
+            ));
+            spawn_in(
+                tasks,
+                info_span!("csi_node_init"),
+                initialize_csi_node(plugin.clone(), stop.child_token()),
+            );
+            spawn_in(
+                tasks,
+                info_span!("csi_unstage_retry"),
+                retry_unstages(volumes, stop.child_token()),
+            );
+        }
         let manager = VolumeManager::new(
-            Arc::new(KubeletVolumeOps::new(host.clone())),
+            Arc::new(ops),
             &self.cfg.root_dir,
             self.recorder,
             tasks.clone(),
@@ -134,9 +171,60 @@ impl VolumeWiring<'_> {
             manager,
             host,
             services,
-            csi: None,
-            plugin_handlers: Vec::new(),
+            csi,
+            plugin_handlers,
         }
+    }
+}
+
+/// First and longest wait between attempts to create the CSINode.
+const CSI_NODE_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(30));
+/// How often a failed unstage is tried again.
+const UNSTAGE_RETRY_PERIOD: Duration = Duration::from_secs(5);
+
+/// Creates this node's CSINode once the Node exists (upstream
+/// `InitializeCSINodeWithAnnotation` with its retries), with backoff.
+async fn initialize_csi_node(plugin: Arc<kubelet_csi::CsiPlugin>, stop: CancellationToken) {
+    let host = plugin.host().clone();
+    let mut delay = CSI_NODE_BACKOFF.0;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let result = match host.node().await {
+            Ok(Some(_)) => kubelet_csi::nodeinfo::initialize_csi_node(host.as_ref())
+                .await
+                .map(|()| true),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(true) => {
+                info!(attempts, "Initialized the CSINode of this node");
+                return;
+            }
+            Ok(false) => debug!(
+                ?delay,
+                "Node not registered yet; CSINode initialization waits"
+            ),
+            Err(e) => warn!(error = %e, ?delay, "Failed to initialize the CSINode; retrying"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(CSI_NODE_BACKOFF.1);
+    }
+}
+
+/// Retries the unstage of devices whose last pod went while it failed.
+async fn retry_unstages(volumes: Arc<CsiVolumes>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(UNSTAGE_RETRY_PERIOD) => {}
+        }
+        volumes.retry_unstages().await;
     }
 }
 

@@ -4,9 +4,9 @@
 //! root cgroup and `/proc` (what upstream reads through cAdvisor), the image
 //! filesystem from `ImageFsInfo`. `usageNanoCores` comes from the runtime when
 //! it fills it, else from the previous sample of the same container, sandbox
-//! or node (upstream `getAndUpdateContainerUsageNanoCores`). No volume plugins
-//! exist yet, so pods report no volume stats and ephemeral storage counts only
-//! writable layers and logs. A sandbox or container whose stats the runtime
+//! or node (upstream `getAndUpdateContainerUsageNanoCores`). Pods report their
+//! CSI volumes' stats ([`volumes`]); ephemeral storage counts only writable
+//! layers and logs. A sandbox or container whose stats the runtime
 //! fails is left out alone, never the node's summary (see [`cri_stats`], and
 //! [`pod_cgroup`] for pods the runtime gave nothing for); the failures are
 //! counted in `kubelet_runtime_operations_errors_total{operation_type}`.
@@ -17,6 +17,7 @@ mod cri_stats;
 mod node;
 mod pod_cgroup;
 mod summary_cache;
+mod volumes;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -578,7 +579,10 @@ impl Collector<'_> {
 impl StatsProvider for KubeletHost {
     async fn summary(&self) -> Result<Summary, StatsError> {
         self.summary_cache
-            .get_or_collect(true, || self.collector().collect(true))
+            .get_or_collect(true, || async {
+                let s = self.collector().collect(true).await?;
+                Ok(volumes::with_csi_volume_stats(self.csi.as_deref(), s).await)
+            })
             .await
     }
 

@@ -21,6 +21,7 @@
 //! stays set up and its tear-down is retried. Pod directories are removed
 //! only as [`crate::kubelet_volumes`] allows, here and nowhere else.
 
+mod csi;
 mod ops;
 mod reconciler;
 #[cfg(test)]
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
+pub use csi::CsiVolumes;
 pub use ops::{KubeletVolumeOps, VolumeOps};
 
 /// How long a pod's sync waits for its volumes (upstream

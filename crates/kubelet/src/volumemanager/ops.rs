@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Pod, Volume};
 use kubelet_volume::plugin::names;
 use kubelet_volume::{MountedVolume, SetUpRequest, VolumeHost};
 
+use super::csi::CsiVolumes;
+
 /// A volume directory found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OnDisk {
@@ -59,15 +61,23 @@ pub trait VolumeOps: Send + Sync + 'static {
 /// of its own; its tear-down is the clean-up of its subPath mounts.
 pub(crate) const SUBPATHS_ONLY: &str = "volume-subpaths";
 
-/// The real operations, through `kubelet-volume`'s plugins.
+/// The real operations, through `kubelet-volume`'s plugins and, in
+/// cluster mode, the CSI plugin.
 pub struct KubeletVolumeOps {
     host: Arc<dyn VolumeHost>,
+    csi: Option<Arc<CsiVolumes>>,
 }
 
 impl KubeletVolumeOps {
     /// Operations reading objects through `host`.
     pub fn new(host: Arc<dyn VolumeHost>) -> Self {
-        Self { host }
+        Self { host, csi: None }
+    }
+
+    /// CSI volumes (inline, and claims bound to CSI PVs) through `csi`.
+    pub fn with_csi(mut self, csi: Arc<CsiVolumes>) -> Self {
+        self.csi = Some(csi);
+        self
     }
 }
 
@@ -81,6 +91,7 @@ pub(crate) fn plugin_from_dir(name: &str) -> &'static str {
         names::DOWNWARD_API,
         names::PROJECTED,
         names::LOCAL_VOLUME,
+        names::CSI,
     ]
     .into_iter()
     .find(|n| *n == name)
@@ -95,6 +106,11 @@ impl VolumeOps for KubeletVolumeOps {
         volume: &Volume,
         pods_dir: &Path,
     ) -> Result<MountedVolume, kubelet_volume::Error> {
+        if let Some(csi) = &self.csi
+            && let Some(r) = csi.set_up(self.host.as_ref(), pod, volume, pods_dir).await
+        {
+            return r;
+        }
         kubelet_volume::set_up(
             self.host.as_ref(),
             SetUpRequest {
@@ -107,6 +123,11 @@ impl VolumeOps for KubeletVolumeOps {
     }
 
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
+        if plugin == names::CSI
+            && let Some(csi) = &self.csi
+        {
+            return csi.tear_down(dir).await;
+        }
         kubelet_volume::tear_down(plugin, dir).await
     }
 
@@ -121,9 +142,21 @@ impl VolumeOps for KubeletVolumeOps {
 
     async fn reconstruct(&self, pods_dir: &Path) -> Vec<OnDisk> {
         let pods_dir = pods_dir.to_path_buf();
-        tokio::task::spawn_blocking(move || scan(&pods_dir))
+        let found = tokio::task::spawn_blocking(move || scan(&pods_dir))
             .await
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(csi) = &self.csi {
+            let mut uids: Vec<&str> = found
+                .iter()
+                .filter(|d| d.plugin == names::CSI)
+                .map(|d| d.uid.as_str())
+                .collect();
+            uids.dedup();
+            for uid in uids {
+                csi.reconstruct(uid).await;
+            }
+        }
+        found
     }
 
     async fn list_pod_dirs(&self, pods_dir: &Path) -> Result<Vec<String>, kubelet_volume::Error> {

@@ -304,7 +304,7 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
     match result {
         Ok(Ok(mounted)) => {
             debug!(path = %mounted.host_path.display(), "MountVolume.SetUp succeeded");
-            let dir = mounted.host_path.clone();
+            let dir = super::csi::volume_dir(&mounted);
             // A directory found on disk under another name (a local PV's is
             // named after the PV) is this volume's: it is not torn down.
             {
@@ -324,15 +324,27 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
                 v.next_try = None;
             });
         }
-        Ok(Err(e)) => failed(inner, &pod, uid, name, e.to_string()),
+        // A CSI error is upstream's whole event text already.
+        Ok(Err(kubelet_volume::Error::Plugin(e))) => {
+            failed(inner, &pod, uid, name, Failure::Phased(e.to_string()))
+        }
+        Ok(Err(e)) => failed(inner, &pod, uid, name, Failure::SetUp(e.to_string())),
         Err(_) => failed(
             inner,
             &pod,
             uid,
             name,
-            format!("timed out after {OPERATION_TIMEOUT:?}"),
+            Failure::SetUp(format!("timed out after {OPERATION_TIMEOUT:?}")),
         ),
     }
+}
+
+/// Why a set-up failed.
+enum Failure {
+    /// The plugin's error, to follow `MountVolume.SetUp failed for volume`.
+    SetUp(String),
+    /// The whole event text (a CSI phase names its own step and volume).
+    Phased(String),
 }
 
 fn failed(
@@ -340,10 +352,13 @@ fn failed(
     pod: &k8s_openapi::api::core::v1::Pod,
     uid: &str,
     name: &str,
-    err: String,
+    err: Failure,
 ) {
-    let message = format!("MountVolume.SetUp failed for volume {name:?} : {err}");
-    warn!(error = %err, "MountVolume.SetUp failed");
+    let message = match err {
+        Failure::SetUp(err) => format!("MountVolume.SetUp failed for volume {name:?} : {err}"),
+        Failure::Phased(message) => message,
+    };
+    warn!(error = %message, "MountVolume failed");
     inner.recorder.event(
         &pod_ref(pod, None),
         EventType::Warning,
@@ -370,8 +385,9 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
         let dir = v
             .on_disk
             .clone()
-            .or_else(|| v.mounted.as_ref().map(|m| m.host_path.clone()));
-        (v.plugin, dir)
+            .or_else(|| v.mounted.as_ref().map(super::csi::volume_dir));
+        // A claim's plugin is known once it is set up (its bound PV's).
+        (v.mounted.as_ref().map_or(v.plugin, |m| m.plugin), dir)
     };
     let timed_out = |_| {
         Err(kubelet_volume::Error::Invalid(format!(
