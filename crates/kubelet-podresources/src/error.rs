@@ -21,6 +21,14 @@ pub enum Error {
         /// Why.
         error: std::io::Error,
     },
+    /// A client could not connect to the socket.
+    #[error("failed to dial the pod-resources socket {}: {reason}", path.display())]
+    Dial {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The gRPC server stopped with an error.
     #[error("pod-resources server failed: {0}")]
     Serve(tonic::transport::Error),

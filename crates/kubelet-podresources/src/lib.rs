@@ -4,6 +4,7 @@
 //! answering from the kubelet's pods and the device, CPU and memory managers
 //! through the provider traits, rate limited as upstream.
 
+mod client;
 mod error;
 mod metrics;
 mod providers;
@@ -15,6 +16,7 @@ mod server_v1alpha1;
 #[cfg(test)]
 mod tests;
 
+pub use client::v1_client;
 pub use error::Error;
 pub use metrics::{ApiMethod, NoMetrics, PodResourcesMetrics};
 pub use providers::{

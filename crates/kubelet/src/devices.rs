@@ -138,7 +138,16 @@ pub struct DeviceAllocator(pub DeviceManager);
 
 impl ResourceAllocator for DeviceAllocator {
     fn allocate(&self, p: &Pod) -> Result<(), Rejection> {
-        if !self.0.requests_devices(p) {
+        // A pod the apiserver already reports finished (seen again after a
+        // restart) never runs again: upstream does not admit it, so it holds
+        // no devices.
+        let finished = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .and_then(|ph| ph.parse::<kubelet_types::PodPhase>().ok())
+            .is_some_and(kubelet_types::PodPhase::is_terminal);
+        if finished || !self.0.requests_devices(p) {
             return Ok(());
         }
         // Admission runs inside the sync loop, which waits for it as
