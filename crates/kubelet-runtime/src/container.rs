@@ -168,4 +168,51 @@ mod tests {
         assert_eq!(res.cpu_quota, 50_000);
         assert_eq!(res.memory_limit_in_bytes, 64 * 1024 * 1024);
     }
+
+    #[test]
+    fn device_plugin_devices_annotations_and_cdi_devices_reach_the_config() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}
+        }))
+        .expect("pod");
+        let c = &pod::containers(&p)[0];
+        let opts = crate::RunContainerOptions {
+            envs: vec![pb::KeyValue {
+                key: "STUB_DEVICES".into(),
+                value: "dev-1".into(),
+            }],
+            devices: vec![pb::Device {
+                container_path: "/dev/example-dev-1".into(),
+                host_path: "/dev/null".into(),
+                permissions: "rw".into(),
+            }],
+            annotations: vec![
+                ("example.com/stub".into(), "yes".into()),
+                // The kubelet's own annotation wins over a plugin's.
+                ("io.kubernetes.container.restartCount".into(), "99".into()),
+            ],
+            cdi_devices: vec![pb::CdiDevice {
+                name: "example.com/dev=dev-1".into(),
+            }],
+            ..Default::default()
+        };
+        let cc = container_config(&RuntimeConfig::default(), &p, c, 0, "sha256:x", Some(opts));
+        assert_eq!(cc.devices.len(), 1);
+        assert_eq!(cc.devices[0].host_path, "/dev/null");
+        assert_eq!(cc.devices[0].container_path, "/dev/example-dev-1");
+        assert_eq!(cc.devices[0].permissions, "rw");
+        assert_eq!(cc.cdi_devices[0].name, "example.com/dev=dev-1");
+        assert_eq!(
+            cc.annotations.get("example.com/stub").map(String::as_str),
+            Some("yes")
+        );
+        assert_eq!(
+            cc.annotations
+                .get("io.kubernetes.container.restartCount")
+                .map(String::as_str),
+            Some("0")
+        );
+        assert_eq!(cc.envs[0].key, "STUB_DEVICES");
+    }
 }
