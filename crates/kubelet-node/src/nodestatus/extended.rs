@@ -79,13 +79,14 @@ pub fn apply(
 /// The status patch zeroing every extended resource of an existing Node
 /// (upstream `reconcileExtendedResource`), `None` when it has none.
 pub fn reset_patch(existing: &NodeStatus) -> Option<serde_json::Value> {
-    let zero = |m: &Option<BTreeMap<String, Quantity>>| -> serde_json::Map<String, serde_json::Value> {
-        m.iter()
-            .flatten()
-            .filter(|(k, q)| is_extended_resource_name(k) && q.0 != "0")
-            .map(|(k, _)| (k.clone(), serde_json::Value::String("0".into())))
-            .collect()
-    };
+    let zero =
+        |m: &Option<BTreeMap<String, Quantity>>| -> serde_json::Map<String, serde_json::Value> {
+            m.iter()
+                .flatten()
+                .filter(|(k, q)| is_extended_resource_name(k) && q.0 != "0")
+                .map(|(k, _)| (k.clone(), serde_json::Value::String("0".into())))
+                .collect()
+        };
     let capacity = zero(&existing.capacity);
     let allocatable = zero(&existing.allocatable);
     if capacity.is_empty() && allocatable.is_empty() {

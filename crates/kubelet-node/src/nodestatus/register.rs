@@ -139,10 +139,7 @@ async fn try_register(
             };
             // Upstream `reconcileExtendedResource`: a Node that outlived the
             // device manager's checkpoint has no devices allocated here.
-            if let Some(p) = node
-                .status
-                .as_ref()
-                .and_then(super::extended::reset_patch)
+            if let Some(p) = node.status.as_ref().and_then(super::extended::reset_patch)
                 && m.extended.should_reset_capacity().await
             {
                 tracing::info!(node = %m.node_name, "Zeroing the extended resources of the existing Node: no device manager checkpoint");

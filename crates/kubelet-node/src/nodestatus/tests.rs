@@ -485,6 +485,8 @@ async fn an_existing_node_is_reconciled_not_replaced() {
 
 mod outage;
 
+mod extended_resources;
+
 #[tokio::test(start_paused = true)]
 async fn a_requested_sync_reports_the_shutdown_before_the_next_tick() {
     let c = Cluster::start(Default::default()).await;
