@@ -96,7 +96,6 @@ pub(crate) fn container_config(
             resources: Some(resources(cfg, p, c)),
             security_context: Some(security_context(p, c, &cfg.root_dir)),
         }),
-        ..Default::default()
     }
 }
 

@@ -53,8 +53,9 @@ pub fn is_extended_resource_name(name: &str) -> bool {
     let Some((domain, _)) = name.split_once('/') else {
         return false;
     };
-    !(domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"))
-        && !name.starts_with("requests.")
+    !(domain == "kubernetes.io"
+        || domain.ends_with(".kubernetes.io")
+        || name.starts_with("requests."))
 }
 
 /// Adds the device plugins' resources to capacity and allocatable (upstream
