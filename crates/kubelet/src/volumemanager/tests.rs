@@ -33,6 +33,12 @@ struct FakeOps {
     list_delay: Mutex<Duration>,
     /// Pod directory removals fail with this.
     refuse_remove: Mutex<Option<String>>,
+    /// Volumes served as CSI volumes, by the pod's name: their spec name.
+    csi: Mutex<std::collections::HashMap<String, String>>,
+    /// Volumes whose set-up fails with a CSI error (its text the whole event).
+    failing_csi: Mutex<HashSet<String>>,
+    /// Each tear-down's plugin and directory.
+    torn: Mutex<Vec<(String, PathBuf)>>,
 }
 
 impl FakeOps {
@@ -66,6 +72,31 @@ impl VolumeOps for FakeOps {
                 },
             ));
         }
+        if self.failing_csi.lock().contains(&volume.name) {
+            return Err(kubelet_volume::Error::Plugin(
+                format!(
+                    "MountVolume.SetUp failed for volume {:?} : rpc error: code = Internal desc = boom",
+                    volume.name
+                )
+                .into(),
+            ));
+        }
+        if let Some(spec) = self.csi.lock().get(&volume.name) {
+            let csi = kubelet_volume::plugin::names::CSI;
+            return Ok(MountedVolume {
+                name: volume.name.clone(),
+                plugin: csi,
+                host_path: kubelet_volume::volume_dir(
+                    pods_dir,
+                    kubelet_types::pod::uid(pod),
+                    csi,
+                    spec,
+                )
+                .join("mount"),
+                read_only: false,
+                refresh: false,
+            });
+        }
         let plugin = kubelet_volume::plugin_for(volume)?;
         Ok(MountedVolume {
             name: volume.name.clone(),
@@ -80,7 +111,10 @@ impl VolumeOps for FakeOps {
             refresh: volume.config_map.is_some(),
         })
     }
-    async fn tear_down(&self, _: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
+    async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
+        self.torn
+            .lock()
+            .push((plugin.to_string(), dir.to_path_buf()));
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -285,7 +319,7 @@ async fn an_unsupported_volume_fails_the_wait_at_once_naming_its_type() {
     let f = fixture(vec![]);
     let p = pod(
         "u1",
-        serde_json::json!([{"name": "data", "emptyDir": {}}, {"name": "ebs", "csi": {"driver": "ebs.csi.aws.com"}}]),
+        serde_json::json!([{"name": "data", "emptyDir": {}}, {"name": "share", "nfs": {"server": "nfs.example.com", "path": "/"}}]),
     );
     let err =
         f.vm.wait_for_attach_and_mount(&p)
@@ -293,8 +327,8 @@ async fn an_unsupported_volume_fails_the_wait_at_once_naming_its_type() {
             .expect_err("unsupported");
     assert!(!err.is_timeout());
     let msg = err.to_string();
-    assert!(msg.contains("failed to process volumes=[ebs]"), "{msg}");
-    assert!(msg.contains("of type csi"), "{msg}");
+    assert!(msg.contains("failed to process volumes=[share]"), "{msg}");
+    assert!(msg.contains("of type nfs"), "{msg}");
     f.shutdown.cancel();
 }
 
@@ -488,4 +522,6 @@ async fn a_volume_whose_subpaths_cannot_be_cleaned_stays_set_up_and_is_retried()
     f.shutdown.cancel();
 }
 
+#[cfg(test)]
+mod csi;
 mod restart;
