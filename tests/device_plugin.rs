@@ -241,3 +241,89 @@ async fn two_devices_two_pods_the_third_rejected_and_a_restart_keeps_them() {
     wait_node_resource(&j, (Some("2"), Some("0"))).await;
     j.cleanup().await;
 }
+
+/// The plugin-watcher side of a device plugin (upstream
+/// `pluginregistration.v1` `Registration`): names a `DevicePlugin`, its
+/// resource and its socket, and records the kubelet's verdict.
+struct Registrar {
+    endpoint: PathBuf,
+    verdicts: tokio::sync::mpsc::UnboundedSender<(bool, String)>,
+}
+
+#[tonic::async_trait]
+impl kubelet_pluginmanager::pb::registration_server::Registration for Registrar {
+    async fn get_info(
+        &self,
+        _: tonic::Request<kubelet_pluginmanager::pb::InfoRequest>,
+    ) -> Result<tonic::Response<kubelet_pluginmanager::pb::PluginInfo>, tonic::Status> {
+        Ok(tonic::Response::new(
+            kubelet_pluginmanager::pb::PluginInfo {
+                r#type: kubelet_pluginmanager::DEVICE_PLUGIN.into(),
+                name: RESOURCE.into(),
+                endpoint: self.endpoint.to_string_lossy().into_owned(),
+                supported_versions: vec!["v1beta1".into()],
+            },
+        ))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        req: tonic::Request<kubelet_pluginmanager::pb::RegistrationStatus>,
+    ) -> Result<tonic::Response<kubelet_pluginmanager::pb::RegistrationStatusResponse>, tonic::Status>
+    {
+        let r = req.into_inner();
+        let _ = self.verdicts.send((r.plugin_registered, r.error));
+        Ok(tonic::Response::new(
+            kubelet_pluginmanager::pb::RegistrationStatusResponse {},
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_plugin_registers_through_the_plugin_watcher() {
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.node_status_update_frequency = Some("1s".into());
+    })
+    .await;
+    let root = j.node.root_dir();
+    let own = root.join("example-dp");
+    std::fs::create_dir_all(&own).expect("plugin dir");
+    let plugin = Stub::start(
+        &own.join("stub.sock"),
+        vec![stub::device("dev-1", true), stub::device("dev-2", true)],
+        StubConfig {
+            allocate: Arc::new(allocate),
+            ..StubConfig::default()
+        },
+    )
+    .expect("stub device plugin");
+    let registry = root.join("plugins_registry");
+    std::fs::create_dir_all(&registry).expect("registry dir");
+    let (tx, mut verdicts) = tokio::sync::mpsc::unbounded_channel();
+    let listener = tokio::net::UnixListener::bind(registry.join("example.com-resource-reg.sock"))
+        .expect("registration socket");
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                kubelet_pluginmanager::pb::registration_server::RegistrationServer::new(
+                    Registrar {
+                        endpoint: own.join("stub.sock"),
+                        verdicts: tx,
+                    },
+                ),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let verdict = tokio::time::timeout(T, verdicts.recv())
+        .await
+        .expect("the kubelet answers the registration")
+        .expect("a verdict");
+    assert_eq!(verdict, (true, String::new()));
+    wait_node_resource(&j, (Some("2"), Some("2"))).await;
+    j.create_pod("dev-w", device_pod()).await;
+    let id = wait_device(&j, "dev-w").await;
+    assert!(["dev-1", "dev-2"].contains(&id.as_str()), "{id}");
+    server.abort();
+    plugin.stop().await;
+    j.cleanup().await;
+}
