@@ -557,3 +557,18 @@ async fn after_a_restart_running_containers_keep_devices_before_their_plugin_ret
     );
     m2.stop();
 }
+
+#[tokio::test]
+async fn only_pods_asking_for_a_registered_resource_need_allocation() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (m, _) = started(dir.path(), FakePods::ready_with(&[])).await;
+    let wants = pod("p1", vec![], vec![container("c", 1)]);
+    assert!(!m.requests_devices(&wants), "nothing registered yet");
+    let _p = registered(dir.path(), &m, DevicePluginOptions::default(), vec![]).await;
+    assert!(m.requests_devices(&wants));
+    assert!(!m.requests_devices(&pod("p2", vec![], vec![container("c", 0)])));
+    let mut plain = container("c", 1);
+    plain.resources = None;
+    assert!(!m.requests_devices(&pod("p3", vec![], vec![plain])));
+    assert!(m.requests_devices(&pod("p4", vec![container("init", 1)], vec![])));
+}
