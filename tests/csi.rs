@@ -504,3 +504,90 @@ async fn a_publish_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stop
     env.call("NodeUnpublishVolume").await;
     env.j.cleanup().await;
 }
+
+/// Online expansion: the control plane grows the PV past its claim's
+/// status capacity; at the pod's next sync the kubelet asks the driver to
+/// grow the published volume (`NodeExpandVolume` with the PV's size), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grown_pv_is_expanded_on_the_node_at_the_next_pod_sync() {
+    let data = tempfile::tempdir().expect("data");
+    let j = Joined::start(Options::default()).await;
+    create_csi_driver(
+        &j.admin,
+        DRIVER,
+        &DriverSpec {
+            attach_required: Some(false),
+            ..DriverSpec::default()
+        },
+    )
+    .await
+    .expect("CSIDriver");
+    let mut config = DriverConfig::new(DRIVER, &j.node.name, data.path());
+    config.expand = true;
+    let driver = CsiDriver::start_in_root(config, &j.node.root_dir())
+        .await
+        .expect("driver");
+    assert!(
+        driver
+            .wait_registration(T)
+            .await
+            .is_some_and(|s| s.registered)
+    );
+    let env = Env {
+        j,
+        driver,
+        _data: data,
+    };
+    env.wait_csi_node_lists_driver().await;
+    env.bound_claim("claim-x", "pv-x", "vol-x", "small").await;
+    env.j.create_pod("grow", claim_pod("claim-x")).await;
+    env.j
+        .wait_api("grow", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    assert!(env.driver.calls_of("NodeExpandVolume").is_empty());
+
+    Api::<PersistentVolume>::all(env.j.admin.clone())
+        .patch(
+            "pv-x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"capacity": {"storage": "2Gi"}}})),
+        )
+        .await
+        .expect("grow pv");
+    // A pod update makes the kubelet sync it (else the next periodic sync).
+    Api::<Pod>::namespaced(env.j.admin.clone(), "default")
+        .patch(
+            &env.j.pod_name("grow"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"resized": "yes"}}})),
+        )
+        .await
+        .expect("label pod");
+    let Request::NodeExpandVolume(expand) = env.call("NodeExpandVolume").await else {
+        panic!("expand")
+    };
+    assert_eq!(expand.volume_id, "vol-x");
+    assert_eq!(
+        expand.capacity_range.map(|c| c.required_bytes),
+        Some(2 << 30)
+    );
+    let uid = uid(&env.j.api_pod("grow"));
+    assert_eq!(
+        Path::new(&expand.volume_path),
+        env.pods_dir()
+            .join(&uid)
+            .join("volumes/kubernetes.io~csi/pv-x/mount")
+    );
+    assert_eq!(env.driver.expanded_size("vol-x"), Some(2 << 30));
+    // Once per size, however often the pod syncs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(env.ok_calls("NodeExpandVolume"), 1);
+    assert_eq!(
+        env.ok_calls("NodePublishVolume"),
+        1,
+        "never published again"
+    );
+    env.delete_pod("grow").await;
+    env.call("NodeUnstageVolume").await;
+    env.j.cleanup().await;
+}

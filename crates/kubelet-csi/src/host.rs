@@ -50,6 +50,16 @@ pub trait CsiHost: Send + Sync + 'static {
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<()>;
 
+    /// Strategic-merge-patches the status of claim `namespace/name` (upstream
+    /// `PatchPVCStatus` after an expansion). `patch` is the `{"status": ...}`
+    /// document.
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<()>;
+
     /// A token of `namespace/service_account` (upstream
     /// `serviceAccountTokenGetter`, usually the kubelet's token manager).
     async fn service_account_token(

@@ -41,6 +41,7 @@ pub mod plugin;
 pub mod pod_volumes;
 pub mod reconstruct;
 pub mod registration;
+pub mod resize;
 mod stager;
 
 #[cfg(test)]

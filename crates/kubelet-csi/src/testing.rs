@@ -241,6 +241,7 @@ pub struct HostState {
     pub annotations: BTreeMap<String, String>,
     pub token_requests: Vec<(String, String, TokenRequest)>,
     pub va_reads: usize,
+    pub claim_patches: Vec<(String, serde_json::Value)>,
 }
 
 #[derive(Default)]
@@ -314,6 +315,18 @@ impl CsiHost for FakeHost {
                 None => s.annotations.remove(&k),
             };
         }
+        Ok(())
+    }
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<()> {
+        self.state
+            .lock()
+            .claim_patches
+            .push((format!("{namespace}/{name}"), patch));
         Ok(())
     }
     async fn service_account_token(

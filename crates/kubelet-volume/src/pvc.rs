@@ -33,13 +33,13 @@ const NOT_SOURCES: &[&str] = &[
 /// Sets up the pod volume `req.volume` (a `persistentVolumeClaim` or a
 /// generic `ephemeral` source).
 pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<MountedVolume> {
-    let Some((pv, read_only)) = resolve_volume(host, req.pod, req.volume).await? else {
+    let Some(r) = resolve_volume(host, req.pod, req.volume).await? else {
         return Err(Error::Invalid(format!(
             "volume {:?} is not a persistentVolumeClaim volume",
             req.volume.name
         )));
     };
-    set_up_bound(host, req, &pv, read_only).await
+    set_up_bound(host, req, &r.pv, r.read_only).await
 }
 
 /// The claim a pod volume uses (name, `readOnly`, whether it is a generic
@@ -86,15 +86,26 @@ fn check_claim_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<()> 
     Ok(())
 }
 
-/// The PV bound to the claim of `volume` and the claim's `readOnly`
-/// (upstream's populator `createVolumeSpec`): the claim must be bound, a
-/// generic ephemeral volume's claim must be the pod's, and the PV must
-/// name the claim. `None` when the volume uses no claim.
+/// A pod volume's claim and the PV bound to it.
+#[derive(Debug, Clone)]
+pub struct ResolvedClaim {
+    /// The claim.
+    pub pvc: PersistentVolumeClaim,
+    /// Its PV.
+    pub pv: PersistentVolume,
+    /// The pod volume's `readOnly`.
+    pub read_only: bool,
+}
+
+/// The claim of `volume` and the PV bound to it (upstream's populator
+/// `createVolumeSpec`): the claim must be bound, a generic ephemeral
+/// volume's claim must be the pod's, and the PV must name the claim.
+/// `None` when the volume uses no claim.
 pub async fn resolve_volume(
     host: &dyn VolumeHost,
     pod: &Pod,
     volume: &Volume,
-) -> Result<Option<(PersistentVolume, bool)>> {
+) -> Result<Option<ResolvedClaim>> {
     let Some((claim, read_only, ephemeral)) = claim_of(pod, volume) else {
         return Ok(None);
     };
@@ -104,7 +115,7 @@ pub async fn resolve_volume(
         check_claim_is_for_pod(pod, &pvc)?;
     }
     let pv = claimed_volume(host, namespace, &claim, &pvc).await?;
-    Ok(Some((pv, read_only)))
+    Ok(Some(ResolvedClaim { pvc, pv, read_only }))
 }
 
 /// Sets up a claim volume whose bound PV is `pv` (local or hostPath).
@@ -649,12 +660,12 @@ mod ephemeral_tests {
             claim_of(&pod, &volume),
             Some(("p-scratch".to_string(), false, true))
         );
-        let (pv, read_only) = resolve_volume(&host(claim(Some("pod-uid"))), &pod, &volume)
+        let r = resolve_volume(&host(claim(Some("pod-uid"))), &pod, &volume)
             .await
             .expect("resolved")
             .expect("a claim");
-        assert_eq!(pv.metadata.name.as_deref(), Some("pv-1"));
-        assert!(!read_only);
+        assert_eq!(r.pv.metadata.name.as_deref(), Some("pv-1"));
+        assert!(!r.read_only);
 
         for owner in [None, Some("another-pod")] {
             let e = resolve_volume(&host(claim(owner)), &pod, &volume)

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestStatus};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -151,6 +151,21 @@ impl CsiHost for KubeletCsiHost {
                 &PatchParams::default(),
                 &Patch::Strategic(&patch),
             ),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> CsiResult<()> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        call(
+            format!("patch persistentvolumeclaims {namespace}/{name} status"),
+            api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
         )
         .await
         .map(|_| ())

@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use kubelet_csi::paths::{keys, load_volume_data};
 use kubelet_csi::plugin::LIFECYCLE_PERSISTENT;
 use kubelet_csi::{CsiPlugin, CsiVolume, PodVolumeRef};
@@ -41,6 +41,8 @@ pub struct CsiVolumes {
     adopted: Mutex<HashSet<PodVolume>>,
     /// Devices whose unstage failed after their last pod went.
     unstage: Mutex<HashSet<Device>>,
+    /// The size each device was last grown to on this node.
+    expanded: Mutex<HashMap<Device, i64>>,
 }
 
 /// The result of a CSI set-up or tear-down as a `kubelet-volume` error,
@@ -58,6 +60,7 @@ impl CsiVolumes {
             users: Mutex::default(),
             adopted: Mutex::default(),
             unstage: Mutex::default(),
+            expanded: Mutex::default(),
         }
     }
 
@@ -90,7 +93,7 @@ impl CsiVolumes {
             Ok(None) => return None,
             Err(e) => return Some(Err(e)),
         };
-        let (pv, read_only) = resolved;
+        let (pv, read_only) = (&resolved.pv, resolved.read_only);
         if pv.spec.as_ref().and_then(|s| s.csi.as_ref()).is_none() {
             // Not CSI: the claim's other plugins, with the PV already read.
             let req = kubelet_volume::SetUpRequest {
@@ -98,7 +101,7 @@ impl CsiVolumes {
                 volume,
                 pods_dir,
             };
-            return Some(kubelet_volume::pvc::set_up_bound(host, req, &pv, read_only).await);
+            return Some(kubelet_volume::pvc::set_up_bound(host, req, pv, read_only).await);
         }
         if pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block") {
             return Some(Err(kubelet_volume::Error::Unsupported {
@@ -106,10 +109,53 @@ impl CsiVolumes {
                 kind: "block-mode PersistentVolume".into(),
             }));
         }
-        Some(
-            self.set_up_csi(pod, volume, CsiVolume::Persistent { pv: &pv, read_only })
-                .await,
-        )
+        let mounted = self
+            .set_up_csi(pod, volume, CsiVolume::Persistent { pv, read_only })
+            .await;
+        if mounted.is_ok()
+            && let Err(e) = self.expand_if_needed(pod, pv, &resolved.pvc).await
+        {
+            return Some(Err(e));
+        }
+        Some(mounted)
+    }
+
+    /// Online expansion (upstream `nodeExpandVolume` from the reconciler):
+    /// when the PV grew past the claim's status capacity, the driver grows
+    /// the published volume once per size, then the claim's status is
+    /// marked finished (retried with each set-up while it lags).
+    async fn expand_if_needed(
+        &self,
+        pod: &Pod,
+        pv: &PersistentVolume,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<(), kubelet_volume::Error> {
+        let Some(size) = kubelet_csi::resize::resize_required(pv, pvc) else {
+            return Ok(());
+        };
+        let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+            return Ok(());
+        };
+        let device = (csi.driver.clone(), csi.volume_handle.clone());
+        let done = self
+            .expanded
+            .lock()
+            .get(&device)
+            .is_some_and(|s| *s >= size);
+        if !done {
+            let uid = kubelet_types::pod::uid(pod);
+            let lock = self.lock(&device);
+            let _held = lock.lock().await;
+            self.plugin
+                .node_expand(uid, pv, size)
+                .await
+                .map_err(plugin_error)?;
+            self.expanded.lock().insert(device, size);
+        }
+        if let Err(e) = self.plugin.mark_resize_finished(pv, pvc).await {
+            warn!(error = %e, "Could not record the finished resize in the claim's status; will retry");
+        }
+        Ok(())
     }
 
     async fn set_up_csi(
@@ -132,12 +178,21 @@ impl CsiVolumes {
         let _held = lock.lock().await;
         let target = self.plugin.layout().target_path(&uid, &facts.spec_name);
         let adopted = self.adopted.lock().remove(&key);
-        let mounted_now = adopted
+        // Set up again (a pod sync, a resize check): published once is
+        // enough unless the driver asks for republishing.
+        let published = self
+            .plugin
+            .pod_volumes(&uid)
+            .iter()
+            .any(|r| r.spec_name == facts.spec_name);
+        let keep = (adopted || (published && !republish))
             && kubelet_volume::mount::is_mount_point(&target)
                 .await
                 .unwrap_or(false);
-        let (path, read_only) = if mounted_now {
-            info!(driver = %facts.driver, volume = %facts.spec_name, "Adopted the CSI volume mounted before the restart");
+        let (path, read_only) = if keep {
+            if adopted {
+                info!(driver = %facts.driver, volume = %facts.spec_name, "Adopted the CSI volume mounted before the restart");
+            }
             (target, facts.read_only)
         } else {
             let m = self.plugin.set_up(pod, csi).await.map_err(plugin_error)?;
@@ -166,9 +221,10 @@ impl CsiVolumes {
             plugin: names::CSI,
             host_path: path,
             read_only,
-            // Drivers with `requiresRepublish` are published again with
-            // every pod sync (upstream `MarkRemountRequired`).
-            refresh: republish,
+            // Set up again with every pod sync: drivers with
+            // `requiresRepublish` publish again (upstream
+            // `MarkRemountRequired`), claims are checked for a resize.
+            refresh: republish || persistent,
         })
     }
 

@@ -1,0 +1,157 @@
+//! Online expansion on the node (upstream `operation_generator.go`
+//! `nodeExpandVolume`, `RequiresFSResize` and `util.MarkFSResizeFinished`):
+//! once the control plane grew a PV past its claim's status capacity, the
+//! kubelet asks the driver to grow the published filesystem
+//! (`NodeExpandVolume`), then records the new capacity in the claim's
+//! status and drops its `FileSystemResizePending` condition.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use serde_json::json;
+
+use crate::plugin::{CsiPlugin, CsiVolume};
+use crate::{Error, Result};
+
+/// The condition the resizer sets while the node has work to do.
+pub const FS_RESIZE_PENDING: &str = "FileSystemResizePending";
+
+fn storage(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<i64> {
+    q.and_then(|q| kubelet_types::quantity::parse_bytes(&q.0))
+}
+
+/// The size the volume must grow to on the node: the PV's capacity when it
+/// exceeds the claim's status capacity (upstream `RequiresFSResize`).
+pub fn resize_required(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> Option<i64> {
+    let want = storage(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage")),
+    )?;
+    let have = storage(
+        pvc.status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage")),
+    )?;
+    (want > have).then_some(want)
+}
+
+/// The claim status patch that marks the resize finished at the PV's
+/// capacity (upstream `MarkFSResizeFinished`).
+pub fn resize_finished_patch(
+    pv: &PersistentVolume,
+    pvc: &PersistentVolumeClaim,
+) -> serde_json::Value {
+    let capacity = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let mut status = json!({"capacity": {"storage": capacity}});
+    let pending = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == FS_RESIZE_PENDING));
+    if pending {
+        status["conditions"] = json!([{"$patch": "delete", "type": FS_RESIZE_PENDING}]);
+    }
+    let allocated = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.allocated_resource_statuses.as_ref())
+        .is_some_and(|a| a.contains_key("storage"));
+    if allocated {
+        status["allocatedResourceStatuses"] = json!({"storage": null});
+    }
+    json!({"status": status})
+}
+
+impl CsiPlugin {
+    /// Grows the published volume of `pv` for pod `pod_uid` to `size`
+    /// bytes (`NodeExpandVolume`); false when the driver needs no node step.
+    pub async fn node_expand(
+        &self,
+        pod_uid: &str,
+        pv: &PersistentVolume,
+        size: i64,
+    ) -> Result<bool> {
+        let facts = CsiVolume::Persistent {
+            pv,
+            read_only: false,
+        }
+        .facts(pod_uid)?;
+        let grown = self
+            .expand(
+                pod_uid,
+                &facts.spec_name,
+                size,
+                &facts.fs_type,
+                &facts.access_mode,
+            )
+            .await?;
+        if grown.is_some() {
+            tracing::info!(volume = %facts.spec_name, size, "MountVolume.NodeExpandVolume succeeded");
+        }
+        Ok(grown.is_some())
+    }
+
+    /// Records the finished resize in the claim's status.
+    pub async fn mark_resize_finished(
+        &self,
+        pv: &PersistentVolume,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<()> {
+        let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pvc.metadata.name.as_deref().unwrap_or_default();
+        self.host
+            .patch_claim_status(ns, name, resize_finished_patch(pv, pvc))
+            .await
+            .map_err(|e: Error| {
+                e.step(format!(
+                    "failed to mark the resize of claim {ns}/{name} finished"
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pv(size: &str) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pv-1"},
+            "spec": {"capacity": {"storage": size}, "csi": {"driver": "d", "volumeHandle": "h"}}}))
+        .expect("pv")
+    }
+
+    fn pvc(size: &str, pending: bool) -> PersistentVolumeClaim {
+        let mut c = json!({"metadata": {"name": "c", "namespace": "ns"},
+            "status": {"capacity": {"storage": size}}});
+        if pending {
+            c["status"]["conditions"] = json!([{"type": FS_RESIZE_PENDING, "status": "True"}]);
+        }
+        serde_json::from_value(c).expect("pvc")
+    }
+
+    #[test]
+    fn a_pv_grown_past_its_claims_capacity_needs_a_node_resize() {
+        assert_eq!(
+            resize_required(&pv("2Gi"), &pvc("1Gi", true)),
+            Some(2 << 30)
+        );
+        assert_eq!(resize_required(&pv("1Gi"), &pvc("1Gi", false)), None);
+        assert_eq!(resize_required(&pv("1Gi"), &pvc("2Gi", false)), None);
+        assert_eq!(
+            resize_finished_patch(&pv("2Gi"), &pvc("1Gi", true)),
+            json!({"status": {"capacity": {"storage": "2Gi"},
+                "conditions": [{"$patch": "delete", "type": FS_RESIZE_PENDING}]}})
+        );
+        assert_eq!(
+            resize_finished_patch(&pv("2Gi"), &pvc("1Gi", false)),
+            json!({"status": {"capacity": {"storage": "2Gi"}}})
+        );
+    }
+}
