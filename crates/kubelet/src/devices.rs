@@ -35,14 +35,18 @@ use crate::status::StatusManager;
 pub const SOURCES_SETTLE: Duration = Duration::from_secs(10);
 
 /// Pods admitted and not in a terminal phase (upstream
-/// `filterOutInactivePods`): a rejected pod is `Failed`.
+/// `filterOutInactivePods`): a rejected pod is `Failed`; a pod this kubelet
+/// has no status for yet goes by its own (a finished pod seen again after a
+/// restart).
 pub fn active_pods(pods: &PodManager, status: &StatusManager) -> Vec<Arc<Pod>> {
     pods.get_pods()
         .into_iter()
         .filter(|p| {
-            !status
+            let phase = status
                 .get_pod_status(pod::uid(p))
                 .and_then(|s| s.phase)
+                .or_else(|| p.status.as_ref().and_then(|s| s.phase.clone()));
+            !phase
                 .and_then(|ph| ph.parse::<kubelet_types::PodPhase>().ok())
                 .is_some_and(kubelet_types::PodPhase::is_terminal)
         })
@@ -138,16 +142,9 @@ pub struct DeviceAllocator(pub DeviceManager);
 
 impl ResourceAllocator for DeviceAllocator {
     fn allocate(&self, p: &Pod) -> Result<(), Rejection> {
-        // A pod the apiserver already reports finished (seen again after a
-        // restart) never runs again: upstream does not admit it, so it holds
-        // no devices.
-        let finished = p
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .and_then(|ph| ph.parse::<kubelet_types::PodPhase>().ok())
-            .is_some_and(kubelet_types::PodPhase::is_terminal);
-        if finished || !self.0.requests_devices(p) {
+        // A pod the apiserver already reports finished never runs again: it
+        // holds no devices (the admitter does not even ask).
+        if crate::lifecycle::api_phase_terminal(p) || !self.0.requests_devices(p) {
             return Ok(());
         }
         // Admission runs inside the sync loop, which waits for it as

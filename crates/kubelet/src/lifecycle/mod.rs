@@ -155,6 +155,18 @@ impl PodAdmitter {
     /// Upstream `canAdmitPod`: the first handler that refuses decides.
     /// `others` are the active pods already admitted.
     pub fn admit(&self, p: &Pod, others: &[&Pod]) -> Result<(), Rejection> {
+        // Upstream admits no pod the apiserver already reports finished (one
+        // seen again after a restart), and counts none among the others
+        // (`filterOutInactivePods` reads the pod's own phase too).
+        if api_phase_terminal(p) {
+            return Ok(());
+        }
+        let active: Vec<&Pod> = others
+            .iter()
+            .copied()
+            .filter(|o| !api_phase_terminal(o))
+            .collect();
+        let others = active.as_slice();
         if let Some(pressure) = &self.pressure {
             pressure.admit(p)?;
         }
@@ -226,6 +238,15 @@ impl PodAdmitter {
             .event(&pod_ref(p, None), EventType::Warning, &r.0, r.1.clone());
         rejected_status(p, r)
     }
+}
+
+/// Whether the pod object itself reports `Succeeded` or `Failed`.
+pub fn api_phase_terminal(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .and_then(|ph| ph.parse::<kubelet_types::PodPhase>().ok())
+        .is_some_and(kubelet_types::PodPhase::is_terminal)
 }
 
 /// The status a rejected pod gets (upstream `rejectPod`).

@@ -356,3 +356,27 @@ fn devices_are_allocated_before_the_predicates_and_raise_allocatable() {
     );
     assert_eq!(a.admit(&cpu, &[]).expect_err("no cpu").0, "OutOfcpu");
 }
+
+#[test]
+fn finished_pods_are_not_admitted_again_nor_counted() {
+    let (a, _) = admitter(node(json!({})), false);
+    let mut failed = pod(json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "2"}}}]}));
+    failed.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Failed".into()),
+        ..Default::default()
+    });
+    // Seen again after a restart, it is not admitted (nor rejected) again.
+    let too_big = pod(json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "3"}}}]}));
+    let mut finished_too_big = too_big.clone();
+    finished_too_big.status = failed.status.clone();
+    assert_eq!(a.admit(&finished_too_big, &[]), Ok(()));
+    // And its requests leave room for the others.
+    let one = pod(json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "1"}}}]}));
+    assert_eq!(a.admit(&one, &[&failed]), Ok(()));
+    let mut running = failed.clone();
+    running.status = None;
+    assert_eq!(a.admit(&one, &[&running]).expect_err("full").0, "OutOfcpu");
+}
