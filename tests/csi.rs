@@ -591,3 +591,86 @@ async fn a_grown_pv_is_expanded_on_the_node_at_the_next_pod_sync() {
     env.call("NodeUnstageVolume").await;
     env.j.cleanup().await;
 }
+
+/// A generic ephemeral volume: its claim `<pod>-<volume>`, created by the
+/// control plane and owned by the pod, bound to a CSI PV, is staged and
+/// published as any claim; a claim of that name the pod does not own is
+/// refused with upstream's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_uses_only_the_claim_its_pod_owns() {
+    let env = Env::start(DriverSpec {
+        attach_required: Some(false),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    let spec = || {
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX,
+                "command": ["sh", "-c", "cat /data/hello; echo; sleep 3600"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/data"}]}],
+            "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}}}]
+        })
+    };
+    let owned = j.create_pod("eph", spec()).await;
+    let stray = j.create_pod("stray", spec()).await;
+    // The ephemeral volume controller's part: the claims, the first owned
+    // by its pod, the second not.
+    for (pod, owner) in [(&owned, true), (&stray, false)] {
+        let name = format!(
+            "{}-scratch",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        env.bound_claim(&name, &format!("pv-{name}"), &format!("vol-{name}"), &name)
+            .await;
+        if owner {
+            Api::<PersistentVolumeClaim>::namespaced(j.admin.clone(), "default")
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"ownerReferences": [{
+                        "apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                        "uid": pod.metadata.uid, "controller": true,
+                        "blockOwnerDeletion": true}]}})),
+                )
+                .await
+                .expect("owner");
+        }
+    }
+    let p = j
+        .wait_api("eph", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    wait_log(
+        j,
+        "eph",
+        &uid(&p),
+        &format!("{}-scratch", j.pod_name("eph")),
+    )
+    .await;
+    let want = format!(
+        "PVC default/{0}-scratch was not created for pod default/{0} (pod is not owner)",
+        j.pod_name("stray")
+    );
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = j.pod_events("stray");
+        if events
+            .iter()
+            .any(|(_, r, m)| r == "FailedMount" && m.contains(&want))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no FailedMount {want:?}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(phase(j.api_pod("stray").as_ref()), Some("Running"));
+    env.delete_pod("eph").await;
+    env.call("NodeUnstageVolume").await;
+    env.j.cleanup().await;
+}
