@@ -4,7 +4,8 @@
 //! a pod holding none, `List` on `<root-dir>/pod-resources/kubelet.sock`
 //! reports both pods with their containers and the one device,
 //! `GetAllocatableResources` both devices, and `Get` one pod (a missing pod
-//! is an error naming it, as upstream).
+//! is an error naming it, as upstream); after a kubelet restart the pod
+//! still lists its device, from the device manager's checkpoint.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,7 +54,7 @@ fn find<'a>(list: &'a [PodResources], name: &str) -> &'a PodResources {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_get_and_allocatable_report_the_devices_pods_hold() {
-    let j = Joined::start_with(Options::default(), |f, _| {
+    let mut j = Joined::start_with(Options::default(), |f, _| {
         f.node_status_update_frequency = Some("1s".into());
     })
     .await;
@@ -151,6 +152,31 @@ async fn list_get_and_allocatable_report_the_devices_pods_hold() {
         "pod no-such-pod in namespace default not found"
     );
 
+    // After a kubelet restart, before the plugin registers again, the
+    // devices come from the checkpoint.
+    j.node.restart().await;
     plugin.stop().await;
+    let deadline = tokio::time::Instant::now() + T;
+    let again = loop {
+        let list = match kubelet_podresources::v1_client(&socket, Duration::from_secs(5)).await {
+            Ok(mut c) => c.list(ListPodResourcesRequest {}).await.ok(),
+            Err(_) => None,
+        };
+        if let Some(list) = list.map(|l| l.into_inner().pod_resources)
+            && list.iter().any(|p| p.name == j.pod_name("pr-dev"))
+        {
+            break list;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pr-dev not listed after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let dev = find(&again, &j.pod_name("pr-dev"));
+    assert_eq!(
+        flat(&dev.containers[0].devices),
+        vec![(RESOURCE.to_string(), id.clone())]
+    );
     j.cleanup().await;
 }
