@@ -110,14 +110,22 @@ impl ActivePods for KubeletActivePods {
     }
 }
 
+/// How long start waits for the runtime's container list.
+const LIST_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The (pod UID, container name) pairs the runtime runs (upstream
 /// `buildContainerMapAndRunningSetFromRuntime`); empty when the runtime
 /// cannot be listed, as upstream logs and goes on.
 pub async fn running_containers(runtime: &dyn cri::RuntimeService) -> HashSet<(String, String)> {
-    let containers = match runtime.list_containers(None).await {
-        Ok(c) => c,
-        Err(error) => {
+    let containers = match tokio::time::timeout(LIST_DEADLINE, runtime.list_containers(None)).await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(error)) => {
             warn!(%error, "Failed to list running containers; the device manager assumes none run");
+            return HashSet::new();
+        }
+        Err(_) => {
+            warn!(deadline = ?LIST_DEADLINE, "Listing running containers timed out; the device manager assumes none run");
             return HashSet::new();
         }
     };
