@@ -674,3 +674,59 @@ async fn a_generic_ephemeral_volume_uses_only_the_claim_its_pod_owns() {
     env.call("NodeUnstageVolume").await;
     env.j.cleanup().await;
 }
+
+/// A driver whose CSIDriver asks for service-account tokens and
+/// republishing (upstream csi_mock "CSIServiceAccountToken" and
+/// "RequiresRepublish"): the publish carries a token per audience in
+/// `csi.storage.k8s.io/serviceAccount.tokens`, and the volume is published
+/// again at the pod's next sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_passed_to_the_driver_and_the_volume_is_republished() {
+    let env = Env::start(DriverSpec {
+        requires_republish: Some(true),
+        token_requests: vec![("csi-aud".into(), Some(3600))],
+        ..ephemeral_spec()
+    })
+    .await;
+    let j = &env.j;
+    let mut spec = inline_pod();
+    spec["serviceAccountName"] = json!("default");
+    j.create_pod("tokens", spec).await;
+    j.wait_api("tokens", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let Request::NodePublishVolume(publish) = env.call("NodePublishVolume").await else {
+        panic!("publish")
+    };
+    let tokens: Value = serde_json::from_str(
+        publish
+            .volume_context
+            .get("csi.storage.k8s.io/serviceAccount.tokens")
+            .expect("tokens in the volume context"),
+    )
+    .expect("tokens json");
+    let token = tokens["csi-aud"]["token"].as_str().unwrap_or_default();
+    assert!(token.starts_with("eyJ"), "a JWT: {tokens}");
+    assert!(tokens["csi-aud"]["expirationTimestamp"].is_string());
+
+    let before = env.ok_calls("NodePublishVolume");
+    Api::<Pod>::namespaced(j.admin.clone(), "default")
+        .patch(
+            &j.pod_name("tokens"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"sync": "again"}}})),
+        )
+        .await
+        .expect("label pod");
+    let deadline = tokio::time::Instant::now() + T;
+    while env.ok_calls("NodePublishVolume") <= before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never published again: {:?}",
+            env.driver.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.delete_pod("tokens").await;
+    env.call("NodeUnpublishVolume").await;
+    env.j.cleanup().await;
+}
