@@ -97,7 +97,9 @@ impl KubeletMetrics {
             "get_allocatable" => &c.errors_get_allocatable,
             _ => return,
         };
-        family.get_or_create(&ApiVersionLabel { server_api_version }).inc();
+        family
+            .get_or_create(&ApiVersionLabel { server_api_version })
+            .inc();
     }
 }
 
