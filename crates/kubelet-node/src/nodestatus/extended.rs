@@ -77,6 +77,25 @@ pub fn apply(
     }
 }
 
+/// Extended resources the server's allocatable lists but neither its
+/// capacity nor the new one does (upstream's `MachineInfo` setter drops
+/// them from allocatable): the patch removes them.
+pub fn stale_allocatable(server: &NodeStatus, new: &NodeStatus) -> Vec<String> {
+    let in_capacity = |k: &str| {
+        [&server.capacity, &new.capacity]
+            .iter()
+            .any(|c| c.as_ref().is_some_and(|c| c.contains_key(k)))
+    };
+    server
+        .allocatable
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .filter(|k| is_extended_resource_name(k) && !in_capacity(k))
+        .cloned()
+        .collect()
+}
+
 /// The status patch zeroing every extended resource of an existing Node
 /// (upstream `reconcileExtendedResource`), `None` when it has none.
 pub fn reset_patch(existing: &NodeStatus) -> Option<serde_json::Value> {
@@ -126,6 +145,31 @@ mod tests {
         assert_eq!(cap["example.com/gone"].0, "0");
         assert_eq!(alloc["example.com/gone"].0, "0");
         assert_eq!(cap["cpu"].0, "2");
+    }
+
+    #[test]
+    fn allocatable_without_capacity_is_stale() {
+        let server = NodeStatus {
+            capacity: Some(BTreeMap::from([(
+                "example.com/kept".to_string(),
+                Quantity("1".into()),
+            )])),
+            allocatable: Some(BTreeMap::from([
+                ("example.com/kept".to_string(), Quantity("1".into())),
+                ("example.com/ours".to_string(), Quantity("1".into())),
+                ("example.com/gone".to_string(), Quantity("1".into())),
+                ("hugepages-2Mi".to_string(), Quantity("0".into())),
+            ])),
+            ..Default::default()
+        };
+        let new = NodeStatus {
+            capacity: Some(BTreeMap::from([(
+                "example.com/ours".to_string(),
+                Quantity("1".into()),
+            )])),
+            ..Default::default()
+        };
+        assert_eq!(stale_allocatable(&server, &new), vec!["example.com/gone"]);
     }
 
     #[test]

@@ -189,9 +189,19 @@ impl NodeStatusManager {
         &self,
         status: &NodeStatus,
         own_addresses: bool,
+        stale_allocatable: &[String],
     ) -> Result<Node, kube::Error> {
         let api: Api<Node> = Api::all(self.client.clone());
         let mut body = serde_json::json!({ "status": status });
+        if let Some(a) = body
+            .get_mut("status")
+            .and_then(|s| s.get_mut("allocatable"))
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for k in stale_allocatable {
+                a.insert(k.clone(), serde_json::Value::Null);
+            }
+        }
         if !own_addresses && let Some(s) = body["status"].as_object_mut() {
             s.remove("addresses");
         }
@@ -343,12 +353,16 @@ impl NodeStatusManager {
         let now = Instant::now();
         let due = last_status_report
             .is_none_or(|at| now.duration_since(at) >= self.cfg.node_status_report_frequency);
-        if !due && !compare::changed(&server, &compare::patched(&server, &status, own_addresses)) {
+        let stale = extended::stale_allocatable(&server, &status);
+        if !due
+            && stale.is_empty()
+            && !compare::changed(&server, &compare::patched(&server, &status, own_addresses))
+        {
             debug!("Node status unchanged; not reporting");
             return Ok(());
         }
         let updated = self
-            .heartbeat_request("PATCH", self.patch_status(&status, own_addresses))
+            .heartbeat_request("PATCH", self.patch_status(&status, own_addresses, &stale))
             .await?;
         *last_status_report = Some(now);
         let conditions = status.conditions.unwrap_or_default();

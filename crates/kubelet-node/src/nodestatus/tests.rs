@@ -428,12 +428,12 @@ async fn the_address_list_is_replaced_not_merged_by_type() {
         addresses: Some(setters::addresses(&ips(&["10.0.0.5", "fd00::5"]), "n1")),
         ..Default::default()
     };
-    m.patch_status(&dual, true).await.expect("patch");
+    m.patch_status(&dual, true, &[]).await.expect("patch");
     let single = NodeStatus {
         addresses: Some(setters::addresses(&ips(&["10.0.0.6"]), "n1")),
         ..Default::default()
     };
-    m.patch_status(&single, true).await.expect("patch");
+    m.patch_status(&single, true, &[]).await.expect("patch");
     let stored = c.api.get("nodes", "", "n1").expect("node");
     assert_eq!(
         stored["status"]["addresses"],

@@ -103,3 +103,39 @@ async fn an_existing_node_without_a_checkpoint_has_its_extended_resources_zeroed
     );
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_extended_resource_removed_from_capacity_leaves_allocatable() {
+    let c = Cluster::start(Default::default()).await;
+    let stop = CancellationToken::new();
+    let fake = FakeRuntime::new();
+    let (m, mut registered, _) = manager(c.node_client("n1").await, &fake, cfg(), vec![]);
+    tokio::spawn(m.run(stop.clone()));
+    registered
+        .wait_for(Option::is_some)
+        .await
+        .expect("registered");
+    // An admin advertises a cluster-level resource, then removes it from
+    // capacity only.
+    let admin: Api<Node> = Api::all(c.admin().await);
+    let add = serde_json::json!({"status": {"capacity": {"example.com/dongle": "1"},
+        "allocatable": {"example.com/dongle": "1"}}});
+    admin
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(add))
+        .await
+        .expect("advertise");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(
+        resource(&c, "allocatable", "example.com/dongle").as_deref(),
+        Some("1"),
+        "kept while in capacity"
+    );
+    let remove = serde_json::json!({"status": {"capacity": {"example.com/dongle": null}}});
+    admin
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(remove))
+        .await
+        .expect("remove from capacity");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(resource(&c, "allocatable", "example.com/dongle"), None);
+    stop.cancel();
+}
