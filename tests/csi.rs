@@ -310,6 +310,12 @@ async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
         Some("claim-a")
     );
     assert!(pod.volume[0].fs.capacity_bytes.is_some());
+    // What the node's `status.volumesInUse` is to list.
+    let csi = j.node.handle().host.csi.clone().expect("CSI plugin");
+    assert_eq!(
+        csi.volumes_in_use(),
+        vec![format!("kubernetes.io/csi/{DRIVER}^vol-a")]
+    );
 
     env.delete_pod("attach").await;
     let Request::NodeUnpublishVolume(unpublish) = env.call("NodeUnpublishVolume").await else {
@@ -323,6 +329,7 @@ async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
     wait_gone(&vol_dir).await;
     wait_gone(&staging).await;
     assert!(env.driver.published().is_empty());
+    assert!(csi.volumes_in_use().is_empty());
     env.j.cleanup().await;
 }
 

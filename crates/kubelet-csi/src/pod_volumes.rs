@@ -16,6 +16,15 @@ pub struct PodVolumeRef {
     pub name: String,
     /// The claim (`namespace`, `name`) of a PVC or generic ephemeral volume.
     pub claim: Option<(String, String)>,
+    /// The unique volume name of a persistent volume
+    /// (`kubernetes.io/csi/<driver>^<volume handle>`), as the node's
+    /// `status.volumesInUse` lists it; `None` for inline volumes.
+    pub unique_name: Option<String>,
+}
+
+/// Upstream's unique name of a CSI volume (`GetUniqueVolumeName`).
+pub fn unique_volume_name(driver: &str, volume_handle: &str) -> String {
+    format!("{}/{driver}^{volume_handle}", crate::paths::CSI_PLUGIN_NAME)
 }
 
 impl CsiPlugin {
@@ -37,6 +46,21 @@ impl CsiPlugin {
                 all.remove(uid);
             }
         }
+    }
+
+    /// The persistent CSI volumes published for pods on this node, sorted
+    /// (upstream `GetVolumesInUse`, for the node's `status.volumesInUse`:
+    /// the attach/detach controller detaches none of them).
+    pub fn volumes_in_use(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pod_volumes
+            .lock()
+            .values()
+            .flat_map(|v| v.values().filter_map(|r| r.unique_name.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The published CSI volumes of pod `uid`, by spec name.
@@ -64,11 +88,25 @@ mod tests {
             spec_name: "pv-1".into(),
             name: "data".into(),
             claim: Some(("ns".into(), "claim".into())),
+            unique_name: Some(unique_volume_name("d", "h")),
         };
         plugin.record_pod_volume("u1", r.clone());
+        plugin.record_pod_volume("u2", r.clone());
+        plugin.record_pod_volume(
+            "u2",
+            PodVolumeRef {
+                spec_name: "inline".into(),
+                name: "inline".into(),
+                claim: None,
+                unique_name: None,
+            },
+        );
         assert_eq!(plugin.pod_volumes("u1"), vec![r]);
-        assert!(plugin.pod_volumes("u2").is_empty());
+        assert!(plugin.pod_volumes("u3").is_empty());
+        assert_eq!(plugin.volumes_in_use(), vec!["kubernetes.io/csi/d^h"]);
         plugin.forget_pod_volume("u1", "pv-1");
         assert!(plugin.pod_volumes("u1").is_empty());
+        plugin.forget_pod_volume("u2", "pv-1");
+        assert!(plugin.volumes_in_use().is_empty());
     }
 }

@@ -206,6 +206,8 @@ impl CsiVolumes {
                 spec_name: facts.spec_name.clone(),
                 name: volume.name.clone(),
                 claim,
+                unique_name: persistent
+                    .then(|| kubelet_csi::pod_volumes::unique_volume_name(&device.0, &device.1)),
             },
         );
         if persistent {

@@ -105,6 +105,7 @@ mod tests {
             spec_name: "pv-1".into(),
             name: "data".into(),
             claim: Some(("ns".into(), "claim".into())),
+            unique_name: None,
         };
         let s = kubelet_csi::client::VolumeStats {
             bytes: Some((70, 100, 30)),
