@@ -737,3 +737,45 @@ async fn tokens_are_passed_to_the_driver_and_the_volume_is_republished() {
     env.call("NodeUnpublishVolume").await;
     env.j.cleanup().await;
 }
+
+/// From csi_mock: a NodeStageVolume error is a `FailedMount` event naming
+/// the MountDevice step and the PV, and the pod starts once the driver
+/// stops failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stops() {
+    let env = Env::start(DriverSpec {
+        attach_required: Some(false),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    env.bound_claim("claim-s", "pv-s", "vol-s", "staged").await;
+    env.driver.set_fault(
+        "NodeStageVolume",
+        Fault::Fail(Code::Internal, "fake stage failure".into()),
+    );
+    j.create_pod("stage", claim_pod("claim-s")).await;
+    let want = "MountVolume.MountDevice failed for volume \"pv-s\" : rpc error: code = Internal desc = fake stage failure";
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = j.pod_events("stage");
+        if events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "FailedMount" && m == want)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no FailedMount event {want:?}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.driver.calls_of("NodePublishVolume").is_empty());
+    env.driver.clear_fault("NodeStageVolume");
+    j.wait_api("stage", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    env.delete_pod("stage").await;
+    env.call("NodeUnstageVolume").await;
+    env.j.cleanup().await;
+}

@@ -24,7 +24,11 @@
 //!      [`CsiPlugin::unmount_device`]`(driver, handle)` (block: [`CsiPlugin::unmount_block_device`]).
 //!    - after a kubelet restart: [`CsiPlugin::reconstruct`]`(pod_uid)` lists
 //!      mounted CSI volumes from `vol_data.json`, to adopt without remounting.
-//!    - `/stats/summary`: [`CsiPlugin::volume_stats`]; resize: [`CsiPlugin::expand`].
+//!    - `/stats/summary`: [`CsiPlugin::volume_stats`] for the volumes the
+//!      volume manager records ([`CsiPlugin::record_pod_volume`],
+//!      [`CsiPlugin::pod_volumes`]; [`CsiPlugin::volumes_in_use`] for the
+//!      node's `status.volumesInUse`); resize: [`resize::resize_required`],
+//!      [`CsiPlugin::node_expand`], [`CsiPlugin::mark_resize_finished`].
 //!
 //! Every driver call has a deadline ([`Timeouts`]); one slow driver only
 //! delays the operations on its own volumes.
