@@ -11,6 +11,13 @@ pub enum Error {
     /// The CRI endpoint is unusable.
     #[error("container runtime client: {0}")]
     Runtime(#[from] cri::CriError),
+    /// The device plugin manager cannot start (its socket directory or
+    /// checkpoint); upstream's container manager fails the start too.
+    #[error("Failed to start ContainerManager: the device plugin manager: {0}")]
+    DeviceManager(#[source] kubelet_devicemanager::DeviceManagerError),
+    /// The pod-resources socket cannot be served.
+    #[error("Failed to start the pod-resources API server: {0}")]
+    PodResources(#[source] kubelet_podresources::Error),
     /// `--image-credential-provider-config` or its plugins are unusable
     /// (upstream stops the kubelet too).
     #[error("Failed to register CRI auth plugins: {0}")]

@@ -46,21 +46,16 @@ pub(super) async fn build(
     let active = Arc::new(KubeletActivePods::default());
     let manager = DeviceManager::new(DeviceManagerConfig::new(&cfg.root_dir));
     let running = running_containers(runtime).await;
-    if let Err(e) = manager.start(active.clone(), running).await {
-        error!(error = %e, "Failed to start ContainerManager: the device plugin manager could not start");
-        return Err(AppError::Cluster(
-            "Failed to start ContainerManager: the device plugin manager could not start",
-        ));
-    }
+    manager
+        .start(active.clone(), running)
+        .await
+        .map_err(AppError::DeviceManager)?;
     let socket = kubelet_podresources::socket_path(&cfg.root_dir);
     let listener = match kubelet_podresources::bind(&socket).await {
         Ok(l) => l,
         Err(e) => {
             manager.stop();
-            error!(error = %e, "Failed to start the pod-resources API server");
-            return Err(AppError::Cluster(
-                "Failed to start the pod-resources API server",
-            ));
+            return Err(AppError::PodResources(e));
         }
     };
     Ok(Devices {
