@@ -148,10 +148,23 @@ impl App {
             .unwrap_or(0),
             ..RuntimeConfig::default()
         };
+        // Providers in service-account token mode get the apiserver client
+        // once connected (below).
+        let credential_tokens = Arc::new(crate::credential_tokens::KubeletTokens::default());
+        let mut credential_options = kubelet_credentialprovider::RegisterOptions {
+            tokens: Some(credential_tokens.clone()),
+            ..Default::default()
+        };
+        if let Some(on) = cfg
+            .feature_gates
+            .get("KubeletServiceAccountTokenForCredentialProviders")
+        {
+            credential_options.service_account_tokens_gate = *on;
+        }
         rcfg.image_credential_providers = kubelet_credentialprovider::register_from_flags(
             cfg.image_credential_provider_config.as_deref(),
             cfg.image_credential_provider_bin_dir.as_deref(),
-            kubelet_credentialprovider::RegisterOptions::default(),
+            credential_options,
         )
         .await
         .map_err(AppError::CredentialProviders)?
@@ -166,6 +179,9 @@ impl App {
         let metrics = Arc::new(kubelet_metrics::KubeletMetrics::new());
         metrics.set_node_name(&cfg.node_name);
         let cluster = cluster::connect(&cfg, machine, metrics.clone()).await?;
+        if let Some(c) = &cluster {
+            credential_tokens.connect(c.client.clone());
+        }
         let stop = CancellationToken::new();
         let instrumented = Arc::new(kubelet_runtime::instrumented::Instrumented::new(
             Arc::new(remote.clone()),
