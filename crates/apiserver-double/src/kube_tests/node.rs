@@ -152,6 +152,17 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
             .unwrap_err(),
     );
     assert_eq!(code, 403);
+
+    // Its pods' service accounts, read for credential provider plugins in
+    // token mode (1.34+); another node's pods' are not.
+    sas.get("default").await.expect("its pod's service account");
+    let (code, _) = api_error(
+        Api::<ServiceAccount>::namespaced(n2.clone(), "default")
+            .get("default")
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
 }
 
 #[tokio::test]

@@ -258,3 +258,28 @@ async fn a_node_reads_all_pods_and_nodes_only_before_1_32() {
         .await
         .expect("1.19: list nodes");
 }
+
+#[tokio::test]
+async fn nodes_read_their_pods_service_accounts_only_from_1_34() {
+    for (profile, allowed) in [(Profile::V1_19, false), (Profile::V1_35, true)] {
+        let c = start(profile).await;
+        let admin = c.admin().await;
+        create_pod(
+            &admin,
+            "default",
+            "p",
+            "n1",
+            json!({"serviceAccountName": "default"}),
+        )
+        .await;
+        let n1 = c.node("n1").await;
+        let got = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(n1, "default")
+            .get("default")
+            .await;
+        match (allowed, got) {
+            (true, Ok(_)) => {}
+            (false, Err(e)) => assert_eq!(api_error(e).0, 403, "{profile:?}"),
+            (_, other) => panic!("{profile:?}: {other:?}"),
+        }
+    }
+}

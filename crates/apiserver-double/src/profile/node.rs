@@ -46,6 +46,30 @@ pub fn authorize(
     selector: &[Requirement],
     store: &Store,
 ) -> Option<Decision> {
+    // `authorizeServiceAccount`: with `KubeletServiceAccountTokenForCredentialProviders`
+    // (beta, on, from 1.34) a node may get the service accounts of its pods,
+    // for credential provider plugins in token mode; before, only tokens.
+    if attrs.resource == "serviceaccounts" && attrs.verb == "get" && attrs.subresource.is_empty() {
+        if !p.at_least(34) {
+            return None;
+        }
+        let node = who.node_name()?;
+        return Some(
+            if crate::graph::node_reaches(
+                store,
+                node,
+                "serviceaccounts",
+                attrs.namespace,
+                attrs.name,
+            ) {
+                Decision::Allow
+            } else {
+                Decision::Deny(format!(
+                    "no relationship found between node '{node}' and this object"
+                ))
+            },
+        );
+    }
     if !p.at_least(32) {
         // Before AuthorizeNodeWithSelectors (beta, on, in 1.32) RBAC's
         // NodeRules grant pods and nodes get/list/watch cluster-wide.
