@@ -12,7 +12,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use apiserver_double::Options;
 use cri::ImageService;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kubelet_rs_integration::cluster::Joined;
 use kubelet_rs_integration::{Node, is_running, pod_yaml, waiting_reason};
 
 /// The image behind the test credentials.
@@ -28,6 +33,12 @@ fn fixture() -> std::path::PathBuf {
 
 /// The bin dir with the plugin, and a config naming it for `localhost:5001`.
 fn install(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    install_with(dir, "")
+}
+
+/// [`install`] with `extra` appended to the provider's entry (indented as
+/// its fields).
+fn install_with(dir: &Path, extra: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin dir");
     std::fs::copy(fixture(), bin.join(PLUGIN)).expect("copy plugin");
@@ -47,7 +58,7 @@ fn install(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
                args: [get-credentials]\n  \
                env:\n  \
                - name: CREDS_REQUESTS\n    value: {requests}\n  \
-               - name: CREDS_DENY\n    value: {deny}\n",
+               - name: CREDS_DENY\n    value: {deny}\n{extra}",
             requests = dir.join("requests").display(),
             deny = dir.join("deny").display(),
         ),
@@ -135,4 +146,94 @@ async fn a_pod_pulls_a_private_image_with_the_credentials_a_plugin_supplies() {
         "pulled"
     );
     node.cleanup().await;
+}
+
+/// Service-account token mode (KEP-4412, `tokenAttributes`): the plugin is
+/// sent a token for the pod's service account with the configured audience,
+/// bound to the pod, and the annotations the config names. From 1.34 the
+/// Node authorizer lets the kubelet read its pods' service accounts; an
+/// older apiserver refuses, so the plugin is never run and the pull fails
+/// as upstream's would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_in_token_mode_is_sent_a_token_for_the_pods_service_account() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (config, bin) = install_with(
+        dir.path(),
+        "  tokenAttributes:\n    \
+           serviceAccountTokenAudience: registry.test\n    \
+           requireServiceAccount: true\n    \
+           cacheType: ServiceAccount\n    \
+           optionalServiceAccountAnnotationKeys: [\"example.com/role\"]\n",
+    );
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.image_credential_provider_config = Some(config.clone());
+        f.image_credential_provider_bin_dir = Some(bin.clone());
+    })
+    .await;
+    remove_private_image(&j.node).await;
+    Api::<ServiceAccount>::namespaced(j.admin.clone(), "default")
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {"example.com/role": "puller"}}
+            })),
+        )
+        .await
+        .expect("annotate the service account");
+    j.create_pod(
+        "tok",
+        serde_json::json!({
+            "serviceAccountName": "default",
+            "containers": [{"name": "c", "image": PRIVATE, "command": ["sleep", "3600"]}],
+        }),
+    )
+    .await;
+    let waiting = |p: Option<&serde_json::Value>| {
+        p.and_then(|p| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str())
+            .map(str::to_string)
+    };
+    if j.api.profile().at_least(34) {
+        let p = j
+            .wait_api("tok", Duration::from_secs(60), "running", |p| {
+                p.is_some_and(|p| {
+                    p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                })
+            })
+            .await
+            .expect("pod");
+        let asked = requests(dir.path());
+        let r = asked.last().expect("the plugin was run");
+        let token = r["serviceAccountToken"].as_str().unwrap_or_default();
+        assert!(!token.is_empty(), "a token was sent: {r}");
+        assert_eq!(
+            r["serviceAccountAnnotations"],
+            serde_json::json!({"example.com/role": "puller"}),
+            "{r}"
+        );
+        assert_eq!(r["image"], "localhost:5001/private/busybox", "{r}");
+        // The token is bound to the pod, for the configured audience.
+        let review = j
+            .api
+            .review_token(token, &["registry.test".to_string()])
+            .expect("the double issued it for the audience");
+        assert_eq!(review.service_account, "default");
+        assert_eq!(
+            review.pod.as_ref().map(|(_, uid)| uid.as_str()),
+            p["metadata"]["uid"].as_str()
+        );
+    } else {
+        j.wait_api("tok", Duration::from_secs(60), "failing to pull", |p| {
+            matches!(
+                waiting(p).as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+        })
+        .await;
+        assert!(
+            requests(dir.path()).is_empty(),
+            "the plugin is not run without the service account"
+        );
+    }
+    j.cleanup().await;
 }
