@@ -19,6 +19,7 @@ pub mod nodestatus;
 pub mod version;
 
 pub use nodestatus::extended::{DeviceCapacity, ExtendedResources, NoExtendedResources};
+pub use nodestatus::volumes::{NoVolumesInUse, VolumesInUse};
 
 /// The runtime's health as node status sees it (upstream `runtimeState`'s
 /// `runtimeErrors` and `networkErrors`): non-empty means the node is NotReady.

@@ -20,8 +20,9 @@ use kubelet_types::quantity::Quantity as Parsed;
 
 /// The status the apiserver holds once `ours` is patched onto `server`:
 /// conditions merge by type, capacity and allocatable by key, nodeInfo by
-/// field; images and (when the kubelet owns them) addresses are replaced;
-/// fields the kubelet does not set (volumes, NetworkUnavailable, ...) stay.
+/// field; images, volumes in use (once known) and (when the kubelet owns
+/// them) addresses are replaced; fields the kubelet does not set (attached
+/// volumes, NetworkUnavailable, ...) stay.
 pub fn patched(server: &NodeStatus, ours: &NodeStatus, own_addresses: bool) -> NodeStatus {
     let mut out = server.clone();
     if own_addresses && ours.addresses.is_some() {
@@ -51,6 +52,9 @@ pub fn patched(server: &NodeStatus, ours: &NodeStatus, own_addresses: bool) -> N
     }
     if ours.images.is_some() {
         out.images.clone_from(&ours.images);
+    }
+    if ours.volumes_in_use.is_some() {
+        out.volumes_in_use.clone_from(&ours.volumes_in_use);
     }
     if let Some(mine) = &ours.node_info {
         let swap = out.node_info.take().and_then(|i| i.swap);

@@ -27,6 +27,7 @@ pub mod machine;
 pub mod register;
 pub mod runtime_facts;
 pub mod setters;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -82,6 +83,8 @@ pub struct NodeStatusManager {
     pub pressure: Arc<dyn crate::NodePressure>,
     /// Device plugins' extended resources.
     pub extended: Arc<dyn crate::ExtendedResources>,
+    /// The attachable volumes in use (`status.volumesInUse`).
+    pub volumes: Arc<dyn crate::VolumesInUse>,
     /// Wall clock for heartbeats.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -140,6 +143,7 @@ impl NodeStatusManager {
                 version,
                 kubelet_types::KUBERNETES_VERSION,
             )),
+            volumes_in_use: self.volumes.volumes_in_use(),
             ..Default::default()
         }
     }

@@ -347,6 +347,7 @@ fn manager(
         runtime_state: health.clone(),
         pressure: Arc::new(crate::NoPressure),
         extended: Arc::new(crate::NoExtendedResources),
+        volumes: Arc::new(crate::NoVolumesInUse),
         clock: Arc::new(TokioClock::default()),
         recorder: Arc::new(RecordingRecorder::default()),
         registered: tx,
@@ -486,6 +487,7 @@ async fn an_existing_node_is_reconciled_not_replaced() {
 mod outage;
 
 mod extended_resources;
+mod volumes_in_use;
 
 #[tokio::test(start_paused = true)]
 async fn a_requested_sync_reports_the_shutdown_before_the_next_tick() {

@@ -105,6 +105,8 @@ pub(super) struct Wiring<'a> {
     pub pressure: Arc<dyn kubelet_node::NodePressure>,
     /// Device plugins' extended resources.
     pub extended: Arc<dyn kubelet_node::ExtendedResources>,
+    /// The attachable volumes in use.
+    pub volumes_in_use: Arc<dyn kubelet_node::VolumesInUse>,
 }
 
 impl Cluster {
@@ -139,6 +141,7 @@ impl Cluster {
             runtime_state: w.runtime_state,
             pressure: w.pressure,
             extended: w.extended,
+            volumes: w.volumes_in_use,
             clock: clock.clone(),
             recorder: self.recorder.clone(),
             registered: w.registered_tx,

@@ -430,6 +430,7 @@ impl App {
                     registered: registered.clone(),
                     pressure: Arc::new(eviction::NodePressure(pressure)),
                     extended: Arc::new(crate::devices::NodeDevices(device_manager)),
+                    volumes_in_use: running.volumes_in_use.clone(),
                 },
                 &tasks,
                 &stop,

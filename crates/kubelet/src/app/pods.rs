@@ -155,6 +155,8 @@ pub(super) struct RunningPipeline {
     /// Registration handlers the volume subsystem offers the plugin manager
     /// (the device manager's is added beside them).
     pub plugin_handlers: Vec<(&'static str, Arc<dyn kubelet_pluginmanager::PluginHandler>)>,
+    /// The attachable volumes in use, for node status.
+    pub volumes_in_use: Arc<dyn kubelet_node::VolumesInUse>,
 }
 
 impl Pipeline<'_> {
@@ -303,6 +305,7 @@ impl Pipeline<'_> {
             killer,
             csi: volumes.csi,
             plugin_handlers: volumes.plugin_handlers,
+            volumes_in_use: volumes.in_use,
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::objects::token::TokenManager;
 use crate::objects::watch::WatchBasedManager;
 use crate::pod_manager::PodManager;
 use crate::volume_host::KubeletVolumeHost;
-use crate::volumemanager::{CsiVolumes, KubeletVolumeOps, VolumeManager};
+use crate::volumemanager::{CsiVolumes, KubeletVolumeOps, VolumeManager, VolumesInUseReporter};
 
 /// The running volume subsystem.
 pub(super) struct Volumes {
@@ -39,6 +39,8 @@ pub(super) struct Volumes {
     pub csi: Option<Arc<kubelet_csi::CsiPlugin>>,
     /// Registration handlers for the plugin manager, by plugin type.
     pub plugin_handlers: Vec<(&'static str, Arc<dyn PluginHandler>)>,
+    /// The attachable volumes in use, for node status.
+    pub in_use: Arc<dyn kubelet_node::VolumesInUse>,
 }
 
 /// What it is built from.
@@ -133,8 +135,10 @@ impl VolumeWiring<'_> {
         });
         let mut ops = KubeletVolumeOps::new(host.clone());
         let mut plugin_handlers: Vec<(&'static str, Arc<dyn PluginHandler>)> = Vec::new();
+        let mut csi_volumes = None;
         if let Some(plugin) = &csi {
             let volumes = Arc::new(CsiVolumes::new(plugin.clone()));
+            csi_volumes = Some(volumes.clone());
             ops = ops.with_csi(volumes.clone());
             plugin_handlers.push((
                 kubelet_pluginmanager::CSI_PLUGIN,
@@ -159,6 +163,10 @@ impl VolumeWiring<'_> {
             stop.child_token(),
             may_clean_orphan,
         );
+        let in_use = Arc::new(VolumesInUseReporter::new(
+            manager.reconstructed(),
+            csi_volumes,
+        ));
         spawn_in(tasks, info_span!("volume_manager"), manager.clone().run());
         for rx in [config_maps.subscribe(), secrets.subscribe()] {
             spawn_in(
@@ -173,6 +181,7 @@ impl VolumeWiring<'_> {
             services,
             csi,
             plugin_handlers,
+            in_use,
         }
     }
 }

@@ -350,6 +350,20 @@ impl CsiVolumes {
         }
     }
 
+    /// The persistent devices pods use (published, staged, or found so
+    /// after a restart), by upstream's unique volume name
+    /// (`kubernetes.io/csi/<driver>^<handle>`), sorted.
+    pub fn volumes_in_use(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .users
+            .lock()
+            .keys()
+            .map(|(driver, handle)| kubelet_csi::pod_volumes::unique_volume_name(driver, handle))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The CSI volumes published for pods, as `(pod uid, spec name)`.
     pub fn published(&self) -> Vec<PodVolume> {
         self.users.lock().values().flatten().cloned().collect()

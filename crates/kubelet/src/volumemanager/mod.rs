@@ -22,6 +22,7 @@
 //! only as [`crate::kubelet_volumes`] allows, here and nowhere else.
 
 mod csi;
+mod in_use;
 mod ops;
 mod reconciler;
 #[cfg(test)]
@@ -44,6 +45,7 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 pub use csi::CsiVolumes;
+pub use in_use::VolumesInUseReporter;
 pub use ops::{KubeletVolumeOps, VolumeOps};
 
 /// How long a pod's sync waits for its volumes (upstream
@@ -221,6 +223,11 @@ impl VolumeManager {
                 reconstructed: watch::Sender::new(false),
             }),
         }
+    }
+
+    /// Turns true once what earlier runs left on disk has been read back.
+    pub fn reconstructed(&self) -> watch::Receiver<bool> {
+        self.inner.reconstructed.subscribe()
     }
 
     /// `<root-dir>/pods`.
