@@ -161,6 +161,16 @@ pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decisi
                 related(what.resource)
             }
         }
+        // `authorizeStatusUpdate` (ExpandPersistentVolumes, on from 1.11, GA
+        // in 1.24): a node writes the status of the claims its pods use,
+        // for online expansion; NodeRestriction checks what it changes.
+        "persistentvolumeclaims" if what.subresource == "status" => {
+            if !matches!(what.verb, "update" | "patch") {
+                Decision::deny("can only get/update/patch this type")
+            } else {
+                related(what.resource)
+            }
+        }
         "persistentvolumeclaims" | "persistentvolumes" | "volumeattachments" => {
             if what.verb != "get" {
                 Decision::deny("can only get individual resources of this type")

@@ -468,8 +468,8 @@ pub async fn handle(
         "list" => list(&shared, &t, &q),
         "get" => get(&shared, &t),
         "create" => create(&shared, &t, &who, &body),
-        "update" => update(&shared, &t, &body),
-        "patch" => patch(&shared, &t, &content_type, &body),
+        "update" => update(&shared, &t, &who, &body),
+        "patch" => patch(&shared, &t, &who, &content_type, &body),
         _ => delete(&shared, &t, &q, &body),
     }
 }

@@ -8,6 +8,7 @@ mod ephemeral;
 mod node;
 mod profile;
 mod profile_admission;
+mod pvc_status;
 mod storage;
 mod token;
 

@@ -12,6 +12,15 @@
 //!   a node creates only mirror pods bound to itself, with at most one
 //!   ownerReference, to its own Node as controller. From 1.20/1.21 on the
 //!   ownerReference is required; v1.19.10 accepts a mirror pod without one.
+//! - `admitPVCStatus`: through `persistentvolumeclaims/{name}/status` a
+//!   node changes only `status.capacity` and `status.conditions`; from 1.32
+//!   (RecoverVolumeExpansionFailure beta and on, GA in 1.34) also
+//!   `status.allocatedResources` and `status.allocatedResourceStatuses`.
+//!   The v1.19-era copy words the refusal "fields other than
+//!   status.capacity and status.conditions" with `diff.ObjectReflectDiff`,
+//!   the newest "status.quantity" with `cmp.Diff`; the release of that
+//!   change was not pinned down (only 1.19 and 1.35 are served), so 1.24
+//!   is assumed. The diff after the colon is the double's own wording.
 
 // Admission returns a ready HTTP response as its error, as the REST layer.
 #![allow(clippy::result_large_err)]
@@ -232,4 +241,110 @@ pub fn admit_pod_create(
         )),
         None => Ok(()),
     }
+}
+
+/// The claim status fields a node may change through `status`.
+fn pvc_status_fields(p: Profile) -> &'static [&'static str] {
+    if p.at_least(32) {
+        &[
+            "capacity",
+            "conditions",
+            "allocatedResources",
+            "allocatedResourceStatuses",
+        ]
+    } else {
+        &["capacity", "conditions"]
+    }
+}
+
+/// A claim without what a node may change and what the comparison ignores
+/// (resourceVersion, managedFields, the type).
+fn pvc_comparable(p: Profile, claim: &Value) -> Value {
+    let mut c = claim.clone();
+    if let Some(o) = c.as_object_mut() {
+        o.remove("kind");
+        o.remove("apiVersion");
+    }
+    if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    if let Some(s) = c.get_mut("status").and_then(Value::as_object_mut) {
+        for f in pvc_status_fields(p) {
+            s.remove(*f);
+        }
+    }
+    c
+}
+
+/// The paths where `old` and `new` differ, with both values.
+fn json_diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                json_diff(
+                    &sub,
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        _ if old != new => out.push(format!("{path}: {old} != {new}")),
+        _ => {}
+    }
+}
+
+/// NodeRestriction's `admitPVCStatus` for a write `who` makes to claim
+/// `name` through `sub`, `new` being the object after the patch or the
+/// body of the update, before the status strategy keeps only its status;
+/// the error is the 403.
+pub fn admit_pvc_status(
+    p: Profile,
+    who: &Identity,
+    resource: &str,
+    sub: &str,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), http::Response<Body>> {
+    let Some(node) = who.node_name() else {
+        return Ok(());
+    };
+    if resource != "persistentvolumeclaims" {
+        return Ok(());
+    }
+    let forbidden = |why: String| {
+        Err(status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!("persistentvolumeclaims \"{name}\" is forbidden: {why}"),
+        ))
+    };
+    if sub != "status" {
+        return forbidden("may only update PVC status".into());
+    }
+    let (a, b) = (pvc_comparable(p, old), pvc_comparable(p, new));
+    if a == b {
+        return Ok(());
+    }
+    let mut changed = Vec::new();
+    json_diff("", &a, &b, &mut changed);
+    let allowed = if p.at_least(24) {
+        "status.quantity"
+    } else {
+        "status.capacity"
+    };
+    forbidden(format!(
+        "node \"{node}\" is not allowed to update fields other than {allowed} and status.conditions: {}",
+        changed.join("; ")
+    ))
 }

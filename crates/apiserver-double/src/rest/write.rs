@@ -249,6 +249,26 @@ fn preconditions(
     Ok(())
 }
 
+/// The admission of an update or patch (NodeRestriction's
+/// `admitPVCStatus`), on the object as written, before [`restrict`].
+fn admit_write(
+    shared: &Shared,
+    t: &Target,
+    who: &Identity,
+    old: &Value,
+    new: &Value,
+) -> Result<(), Response<Body>> {
+    crate::profile::node::admit_pvc_status(
+        shared.options.profile,
+        who,
+        t.kind.resource,
+        &t.sub,
+        &t.name,
+        old,
+        new,
+    )
+}
+
 /// Keeps what a write through `sub` may not change.
 fn restrict(t: &Target, old: &Value, mut new: Value) -> Value {
     let has_status = matches!(
@@ -375,9 +395,9 @@ fn pod_update(t: &Target, old: &Value, new: &mut Value) -> Result<(), Response<B
     Ok(())
 }
 
-pub(super) fn update(shared: &Shared, t: &Target, body: &[u8]) -> Response<Body> {
+pub(super) fn update(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -> Response<Body> {
     for _ in 0..UPDATE_TRIES {
-        if let Some(r) = update_once(shared, t, body) {
+        if let Some(r) = update_once(shared, t, who, body) {
             return r;
         }
     }
@@ -385,7 +405,7 @@ pub(super) fn update(shared: &Shared, t: &Target, body: &[u8]) -> Response<Body>
 }
 
 /// One try of [`update`]: `None` when the object changed meanwhile.
-fn update_once(shared: &Shared, t: &Target, body: &[u8]) -> Option<Response<Body>> {
+fn update_once(shared: &Shared, t: &Target, who: &Identity, body: &[u8]) -> Option<Response<Body>> {
     let obj = match parse_object(body) {
         Ok(o) => o,
         Err(r) => return Some(r),
@@ -402,6 +422,9 @@ fn update_once(shared: &Shared, t: &Target, body: &[u8]) -> Option<Response<Body
     if let Err(r) = preconditions(t, &old, uid, rv) {
         return Some(r);
     }
+    if let Err(r) = admit_write(shared, t, who, &old, &obj) {
+        return Some(r);
+    }
     let mut new = restrict(t, &old, obj);
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if let Err(r) = pod_on_write(t, &mut new, false) {
@@ -413,11 +436,12 @@ fn update_once(shared: &Shared, t: &Target, body: &[u8]) -> Option<Response<Body
 pub(super) fn patch(
     shared: &Shared,
     t: &Target,
+    who: &Identity,
     content_type: &str,
     body: &[u8],
 ) -> Response<Body> {
     for _ in 0..UPDATE_TRIES {
-        if let Some(r) = patch_once(shared, t, content_type, body) {
+        if let Some(r) = patch_once(shared, t, who, content_type, body) {
             return r;
         }
     }
@@ -428,6 +452,7 @@ pub(super) fn patch(
 fn patch_once(
     shared: &Shared,
     t: &Target,
+    who: &Identity,
     content_type: &str,
     body: &[u8],
 ) -> Option<Response<Body>> {
@@ -459,6 +484,9 @@ fn patch_once(
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str);
     if let Err(r) = preconditions(t, &old, uid, rv) {
+        return Some(r);
+    }
+    if let Err(r) = admit_write(shared, t, who, &old, &patched) {
         return Some(r);
     }
     let mut new = restrict(t, &old, patched);
