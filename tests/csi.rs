@@ -514,7 +514,8 @@ async fn a_publish_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stop
 
 /// Online expansion: the control plane grows the PV past its claim's
 /// status capacity; at the pod's next sync the kubelet asks the driver to
-/// grow the published volume (`NodeExpandVolume` with the PV's size), once.
+/// grow the published volume (`NodeExpandVolume` with the PV's size), once,
+/// and records the new size in the claim's status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grown_pv_is_expanded_on_the_node_at_the_next_pod_sync() {
     let data = tempfile::tempdir().expect("data");
@@ -586,6 +587,22 @@ async fn a_grown_pv_is_expanded_on_the_node_at_the_next_pod_sync() {
             .join("volumes/kubernetes.io~csi/pv-x/mount")
     );
     assert_eq!(env.driver.expanded_size("vol-x"), Some(2 << 30));
+    // The kubelet records the new size in the claim's status (upstream
+    // `MarkFSResizeFinished`, a node's patch of `persistentvolumeclaims/status`).
+    let claims = Api::<PersistentVolumeClaim>::namespaced(env.j.admin.clone(), "default");
+    let deadline = tokio::time::Instant::now() + T;
+    let recorded = loop {
+        let c = claims.get("claim-x").await.expect("claim");
+        let size = c
+            .status
+            .and_then(|s| s.capacity)
+            .and_then(|m| m.get("storage").map(|q| q.0.clone()));
+        if size.as_deref() == Some("2Gi") || tokio::time::Instant::now() > deadline {
+            break size;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(recorded.as_deref(), Some("2Gi"), "claim status capacity");
     // Once per size, however often the pod syncs.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(env.ok_calls("NodeExpandVolume"), 1);
