@@ -118,7 +118,9 @@ impl From<bool> for Decision {
 /// `plugin/pkg/auth/authorizer/node`), whose secrets, configmaps, claims,
 /// volumes and service account tokens are reached through the pods bound to
 /// the node in `store` ([`crate::graph`]); a VolumeAttachment is reached
-/// when its `spec.nodeName` is the node, a CSINode by its name.
+/// when its `spec.nodeName` is the node, a CSINode by its name. A node
+/// may update or patch the `status` of a claim it reaches (what it changes
+/// is NodeRestriction's, [`crate::profile::node::admit_pvc_status`]).
 pub fn authorize(who: &Identity, what: &Attributes<'_>, store: &Store) -> Decision {
     if who.in_group("system:masters") {
         return Decision::Allow;
