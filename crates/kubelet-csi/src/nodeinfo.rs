@@ -19,8 +19,15 @@ pub const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
 /// How many times an update that lost a race is retried.
 const UPDATE_ATTEMPTS: usize = 5;
 
+/// One driver's Node and CSINode update at a time (upstream
+/// `nodeInfoManager.lock`): the node-ID annotation is read, rewritten and
+/// patched back whole, so two drivers registering together (the usual case
+/// at boot) would otherwise drop one another's entry.
+static NODE_INFO_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Records driver `driver` with `info` on the Node and the CSINode.
 pub async fn install_driver(host: &dyn CsiHost, driver: &str, info: &NodeInfo) -> Result<()> {
+    let _one_at_a_time = NODE_INFO_LOCK.lock().await;
     update_node(host, driver, Some(info))
         .await
         .map_err(|e| Error::NodeInfo {
@@ -43,6 +50,7 @@ pub async fn install_driver(host: &dyn CsiHost, driver: &str, info: &NodeInfo) -
 /// Removes driver `driver` from the CSINode and from the Node's node-ID
 /// annotation (topology labels stay, as upstream).
 pub async fn uninstall_driver(host: &dyn CsiHost, driver: &str) -> Result<()> {
+    let _one_at_a_time = NODE_INFO_LOCK.lock().await;
     let mut last = None;
     for _ in 0..UPDATE_ATTEMPTS {
         match update_csi_node(host, driver, None).await {

@@ -285,6 +285,8 @@ impl CsiHost for FakeHost {
         Ok(node)
     }
     async fn node(&self) -> Result<Option<Node>> {
+        // A real apiserver answers later: other tasks run meanwhile.
+        tokio::task::yield_now().await;
         let s = self.state.lock();
         Ok(Some(Node {
             metadata: ObjectMeta {
@@ -302,6 +304,7 @@ impl CsiHost for FakeHost {
         labels: BTreeMap<String, Option<String>>,
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<()> {
+        tokio::task::yield_now().await;
         let mut s = self.state.lock();
         for (k, v) in labels {
             match v {

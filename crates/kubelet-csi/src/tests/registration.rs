@@ -103,3 +103,33 @@ async fn unsupported_versions_are_refused_with_upstreams_message() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn drivers_registering_together_both_keep_their_node_id() {
+    let host = FakeHost::default();
+    let info = |id: &str| crate::client::NodeInfo {
+        node_id: id.into(),
+        ..Default::default()
+    };
+    let (a, b) = (info("node-a"), info("node-b"));
+    let (ra, rb) = tokio::join!(
+        crate::nodeinfo::install_driver(&host, "a.csi.example.com", &a),
+        crate::nodeinfo::install_driver(&host, "b.csi.example.com", &b),
+    );
+    ra.expect("a");
+    rb.expect("b");
+    let s = host.state.lock();
+    let ids: BTreeMap<String, String> = serde_json::from_str(
+        s.annotations
+            .get("csi.volume.kubernetes.io/nodeid")
+            .expect("annotation"),
+    )
+    .expect("json");
+    assert_eq!(
+        ids,
+        BTreeMap::from([
+            ("a.csi.example.com".to_string(), "node-a".to_string()),
+            ("b.csi.example.com".to_string(), "node-b".to_string()),
+        ])
+    );
+}
