@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kubelet_config::KubeletConfig;
-use kubelet_pluginmanager::{PLUGINS_REGISTRY_DIR_NAME, PluginHandler, PluginManager};
+use kubelet_pluginmanager::{
+    PLUGINS_REGISTRY_DIR_NAME, PluginHandler, PluginManager, PluginManagerConfig,
+};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info_span};
@@ -24,10 +26,18 @@ pub(super) fn spawn(
     stop: &CancellationToken,
 ) {
     let handlers: HashMap<&'static str, Arc<dyn PluginHandler>> = handlers.into_iter().collect();
+    // No connection monitor: upstream checks only DRA plugins that way; a
+    // CSI driver or device plugin missing two checks must not lose its
+    // registration (its volumes could no longer be torn down), it goes
+    // when its socket goes.
+    let config = PluginManagerConfig {
+        connection_check_interval: std::time::Duration::ZERO,
+        ..Default::default()
+    };
     let manager = PluginManager::new(
         cfg.root_dir.join(PLUGINS_REGISTRY_DIR_NAME),
         handlers,
-        Default::default(),
+        config,
     );
     let stop = stop.child_token();
     spawn_in(tasks, info_span!("plugin_manager"), async move {
