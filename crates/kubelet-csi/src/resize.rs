@@ -13,6 +13,15 @@ use crate::{Error, Result};
 
 /// The condition the resizer sets while the node has work to do.
 pub const FS_RESIZE_PENDING: &str = "FileSystemResizePending";
+/// The claim conditions of a resize in progress or failed (upstream
+/// `knownResizeConditions`: `Resizing` and `FileSystemResizePending`, and
+/// from 1.32 the two error conditions).
+const RESIZE_CONDITIONS: [&str; 4] = [
+    "Resizing",
+    FS_RESIZE_PENDING,
+    "ControllerResizeError",
+    "NodeResizeError",
+];
 
 fn storage(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<i64> {
     q.and_then(|q| kubelet_types::quantity::parse_bytes(&q.0))
@@ -50,13 +59,19 @@ pub fn resize_finished_patch(
         .map(|q| q.0.clone())
         .unwrap_or_default();
     let mut status = json!({"capacity": {"storage": capacity}});
-    let pending = pvc
+    // Upstream `MergeResizeConditionOnPVC` with no new condition: every
+    // resize condition goes.
+    let done: Vec<serde_json::Value> = pvc
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == FS_RESIZE_PENDING));
-    if pending {
-        status["conditions"] = json!([{"$patch": "delete", "type": FS_RESIZE_PENDING}]);
+        .into_iter()
+        .flatten()
+        .filter(|c| RESIZE_CONDITIONS.contains(&c.type_.as_str()))
+        .map(|c| json!({"$patch": "delete", "type": c.type_}))
+        .collect();
+    if !done.is_empty() {
+        status["conditions"] = serde_json::Value::Array(done);
     }
     let allocated = pvc
         .status
@@ -66,7 +81,12 @@ pub fn resize_finished_patch(
     if allocated {
         status["allocatedResourceStatuses"] = json!({"storage": null});
     }
-    json!({"status": status})
+    // Upstream `PatchPVCStatus`: a claim changed since it was read makes
+    // the patch fail (409) and the resize is checked again at the next sync.
+    match &pvc.metadata.resource_version {
+        Some(rv) => json!({"metadata": {"resourceVersion": rv}, "status": status}),
+        None => json!({"status": status}),
+    }
 }
 
 impl CsiPlugin {
@@ -152,6 +172,23 @@ mod tests {
         assert_eq!(
             resize_finished_patch(&pv("2Gi"), &pvc("1Gi", false)),
             json!({"status": {"capacity": {"storage": "2Gi"}}})
+        );
+        // Every resize condition goes, others stay; the read version guards it.
+        let mut c = pvc("1Gi", true);
+        c.metadata.resource_version = Some("42".into());
+        if let Some(conds) = c.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            for t in ["Resizing", "Ready"] {
+                conds.push(
+                    serde_json::from_value(json!({"type": t, "status": "True"})).expect("cond"),
+                );
+            }
+        }
+        assert_eq!(
+            resize_finished_patch(&pv("2Gi"), &c),
+            json!({"metadata": {"resourceVersion": "42"},
+                "status": {"capacity": {"storage": "2Gi"},
+                "conditions": [{"$patch": "delete", "type": FS_RESIZE_PENDING},
+                               {"$patch": "delete", "type": "Resizing"}]}})
         );
     }
 }
