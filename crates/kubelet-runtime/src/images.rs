@@ -5,7 +5,9 @@
 //! hold for the image's registry, then what the image credential provider
 //! plugins answer for it (upstream `getPullCredentials`: pull secrets, then
 //! the node keyring and the plugins), in order, and goes anonymous when none
-//! matches (upstream `kuberuntime_image.go` `PullImage`).
+//! matches (upstream `kuberuntime_image.go` `PullImage`). Credentials are
+//! resolved before a pull waits its turn, as upstream resolves them before
+//! the puller, so a slow plugin never holds up the node's other pulls.
 
 use std::sync::Arc;
 
@@ -228,6 +230,10 @@ impl ImageManager {
             |kind, reason: &str, message: String| self.recorder.event(&obj, kind, reason, message);
         // Upstream's pull duration counts the wait in the puller's queue.
         let queued = tokio::time::Instant::now();
+        // Credentials are resolved before the pull takes its turn (upstream
+        // resolves them before handing the pull to the puller), so a plugin
+        // or token request that hangs holds up this pull only.
+        let credentials = self.credentials(&pull).await;
         let _turn = self.serialize.lock().await;
         // Another pod may have pulled it while this one waited its turn.
         if policy != "Always"
@@ -242,7 +248,11 @@ impl ImageManager {
             format!("Pulling image {image:?}"),
         );
         let started = tokio::time::Instant::now();
-        match self.pull_with_credentials(&pull).await {
+        let pulled = match credentials {
+            Ok(candidates) => self.pull_with_credentials(&pull, &candidates).await,
+            Err(e) => Err(e),
+        };
+        match pulled {
             Ok(image_ref) => {
                 self.backoff.reset(key);
                 info!(image, %image_ref, "Successfully pulled image");
@@ -284,12 +294,12 @@ impl ImageManager {
         }
     }
 
-    /// Pulls with each credential that matches the image's repository in
-    /// turn until one works; anonymously when none matches.
-    async fn pull_with_credentials(
+    /// Every credential the pod's pull secrets, the node's keyring and the
+    /// plugins hold for the image's repository, most specific first.
+    async fn credentials(
         &self,
         pull: &Pull<'_>,
-    ) -> std::result::Result<String, PullError> {
+    ) -> std::result::Result<Vec<creds::AuthConfig>, PullError> {
         let plugins = LateKeyring::new();
         let node: Arc<dyn DockerKeyring> = match &self.providers {
             Some(_) => Arc::new(UnionDockerKeyring(vec![
@@ -303,7 +313,16 @@ impl ImageManager {
         if let Some(providers) = &self.providers {
             plugins.fill(&providers.provide(pull.repo, &pull.pod).await);
         }
-        let candidates = keyring.lookup(pull.repo);
+        Ok(keyring.lookup(pull.repo))
+    }
+
+    /// Pulls with each of `candidates` in turn until one works; anonymously
+    /// when there is none.
+    async fn pull_with_credentials(
+        &self,
+        pull: &Pull<'_>,
+        candidates: &[creds::AuthConfig],
+    ) -> std::result::Result<String, PullError> {
         if candidates.is_empty() {
             debug!(image = pull.image, "Pulling image without credentials");
             return self
@@ -313,7 +332,7 @@ impl ImageManager {
                 .map_err(|e| PullError::Cri(vec![e]));
         }
         let mut errs = Vec::new();
-        for auth in &candidates {
+        for auth in candidates {
             match self
                 .images
                 .pull_image(pull.image, Some(auth.into()), None)

@@ -377,3 +377,51 @@ async fn plugins_are_not_asked_when_the_secrets_do_not_parse_or_nothing_is_pulle
         .expect("present");
     assert_eq!(providers.asked.lock().len(), 1);
 }
+
+/// Plugins that never answer for one repository and answer nothing for
+/// the others.
+#[derive(Debug)]
+struct HangingProviders(&'static str);
+
+#[async_trait::async_trait]
+impl ExternalCredentialProviders for HangingProviders {
+    async fn provide(&self, image: &str, _: &PullPod) -> Vec<creds::DockerConfig> {
+        if image == self.0 {
+            std::future::pending::<()>().await;
+        }
+        Vec::new()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_plugin_holds_up_only_its_own_pull() {
+    let fake = FakeRuntime::new();
+    let m = Arc::new(
+        ImageManager::new(Arc::new(fake.clone())).with_credential_providers(Some(Arc::new(
+            HangingProviders("localhost:5001/private/app"),
+        ))),
+    );
+    let stuck = tokio::spawn({
+        let m = m.clone();
+        async move {
+            let p = pod_with(PRIVATE, None);
+            let c = &pod::containers(&p)[0];
+            m.ensure_image_exists(&p, c, &[], UNIX_EPOCH).await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!stuck.is_finished());
+    // Another image pulls while the first still waits for its plugin.
+    let p = pod_with("reg/other:1", None);
+    let c = &pod::containers(&p)[0];
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        m.ensure_image_exists(&p, c, &[], UNIX_EPOCH),
+    )
+    .await
+    .expect("not held up by the hung plugin")
+    .expect("pulled");
+    assert_eq!(fake.pulls(), [("reg/other:1".to_string(), None)]);
+    assert!(!stuck.is_finished());
+    stuck.abort();
+}
