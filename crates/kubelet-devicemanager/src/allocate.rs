@@ -96,6 +96,9 @@ impl DeviceManager {
         let uid = pod_uid(pod).to_string();
         let mut reuse = {
             let mut st = self.inner.state.lock();
+            // Not yet in the kubelet's pod manager: keep its devices while
+            // other pods' are freed (upstream `setPodPendingAdmission`).
+            st.pending_admission = Some(uid.clone());
             st.devices_to_reuse.retain(|k, _| *k == uid);
             st.devices_to_reuse.remove(&uid).unwrap_or_default()
         };

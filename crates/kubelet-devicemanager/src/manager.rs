@@ -73,6 +73,11 @@ pub(crate) struct State {
     pub(crate) allocated: HashMap<String, BTreeSet<String>>,
     pub(crate) pod_devices: PodDevices,
     pub(crate) devices_to_reuse: HashMap<String, HashMap<String, BTreeSet<String>>>,
+    /// The UID of the pod last being admitted (upstream
+    /// `pendingAdmissionPod`): the kubelet adds a pod to its pod manager only
+    /// after admission, so until then this pod counts as active. Replaced by
+    /// the next admission, never cleared, as upstream.
+    pub(crate) pending_admission: Option<String>,
     next_id: u64,
 }
 
@@ -406,13 +411,17 @@ impl DeviceManager {
 
     /// Frees the devices of pods that are no longer active (upstream
     /// `UpdateAllocatedDevices`); does nothing until the pod sources are ready.
+    /// The pod under admission counts as active.
     pub fn update_allocated_devices(&self) {
         let pods = self.inner.active_pods.read().clone();
         if !pods.sources_ready() {
             return;
         }
-        let active = pods.active_pod_uids();
+        let mut active = pods.active_pod_uids();
         let mut st = self.inner.state.lock();
+        if let Some(pending) = &st.pending_admission {
+            active.insert(pending.clone());
+        }
         let gone: Vec<String> = st
             .pod_devices
             .pods()

@@ -19,16 +19,16 @@ use crate::stub::{Stub, StubConfig, device};
 use crate::v1beta1::DevicePluginOptions;
 use crate::{ActivePods, Capacity, Clock, DeviceManager, DeviceManagerConfig};
 
-const RES: &str = "example.com/dev";
+pub(super) const RES: &str = "example.com/dev";
 
 #[derive(Default)]
-struct FakePods {
-    uids: Mutex<HashSet<String>>,
+pub(super) struct FakePods {
+    pub(super) uids: Mutex<HashSet<String>>,
     ready: AtomicBool,
 }
 
 impl FakePods {
-    fn ready_with(uids: &[&str]) -> Arc<Self> {
+    pub(super) fn ready_with(uids: &[&str]) -> Arc<Self> {
         let p = Self::default();
         p.ready.store(true, Ordering::SeqCst);
         *p.uids.lock() = uids.iter().map(|s| s.to_string()).collect();
@@ -45,7 +45,7 @@ impl ActivePods for FakePods {
     }
 }
 
-struct FakeClock(Mutex<Instant>);
+pub(super) struct FakeClock(Mutex<Instant>);
 
 impl FakeClock {
     fn advance(&self, d: Duration) {
@@ -60,7 +60,7 @@ impl Clock for FakeClock {
     }
 }
 
-fn container(name: &str, n: u32) -> Container {
+pub(super) fn container(name: &str, n: u32) -> Container {
     Container {
         name: name.into(),
         resources: Some(ResourceRequirements {
@@ -74,7 +74,7 @@ fn container(name: &str, n: u32) -> Container {
     }
 }
 
-fn pod(uid: &str, init: Vec<Container>, containers: Vec<Container>) -> Pod {
+pub(super) fn pod(uid: &str, init: Vec<Container>, containers: Vec<Container>) -> Pod {
     let mut p = Pod::default();
     p.metadata.uid = Some(uid.into());
     p.metadata.name = Some(uid.into());
@@ -92,14 +92,14 @@ fn config(dir: &Path) -> DeviceManagerConfig {
     c
 }
 
-async fn started(dir: &Path, pods: Arc<FakePods>) -> (DeviceManager, Arc<FakeClock>) {
+pub(super) async fn started(dir: &Path, pods: Arc<FakePods>) -> (DeviceManager, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock(Mutex::new(Instant::now())));
     let m = DeviceManager::with_clock(config(dir), clock.clone());
     m.start(pods, HashSet::new()).await.expect("start");
     (m, clock)
 }
 
-async fn wait_capacity(m: &DeviceManager, cap: i64, alloc: i64) -> Capacity {
+pub(super) async fn wait_capacity(m: &DeviceManager, cap: i64, alloc: i64) -> Capacity {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let c = m.get_capacity().await;

@@ -1,4 +1,5 @@
 //! Tests of the device manager against fake device plugins serving the
 //! generated `DevicePlugin` service on real unix sockets in a tempdir.
 
+mod admission_tests;
 mod manager_tests;
