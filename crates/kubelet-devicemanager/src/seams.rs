@@ -12,9 +12,10 @@ pub trait ActivePods: Send + Sync + 'static {
     /// UIDs of the pods that are admitted and not yet terminated.
     fn active_pod_uids(&self) -> HashSet<String>;
 
-    /// Whether every pod source has been seen once (upstream
-    /// `sourcesReady.AllReady()`): until then no allocation is freed, since a
-    /// pod missing from the list may just not be known yet.
+    /// Whether the kubelet has handled the first update of every pod source
+    /// (upstream `sourcesReady.AllReady()`): until then no allocation is
+    /// freed, since a pod missing from the list may just not be admitted yet,
+    /// and containers found running at start keep their devices.
     fn sources_ready(&self) -> bool;
 }
 

@@ -47,11 +47,15 @@ pub struct SourceUpdate {
     pub pods: Vec<Pod>,
 }
 
-/// Which configured sources have sent at least one snapshot (upstream `SeenAllSources`).
+/// Which configured sources have sent at least one snapshot (upstream
+/// `PodConfig.SeenAllSources`), and which of them had their first update
+/// handled by the sync loop (upstream `sourcesReady.AddSource`, called after
+/// the sync loop handled an update of that source).
 #[derive(Debug, Default)]
 pub struct SourcesReady {
     expected: HashSet<Source>,
     seen: Mutex<HashSet<Source>>,
+    handled: Mutex<HashSet<Source>>,
 }
 
 impl SourcesReady {
@@ -60,6 +64,7 @@ impl SourcesReady {
         Self {
             expected: expected.into_iter().collect(),
             seen: Mutex::new(HashSet::new()),
+            handled: Mutex::new(HashSet::new()),
         }
     }
 
@@ -68,10 +73,36 @@ impl SourcesReady {
         self.seen.lock().insert(s);
     }
 
+    /// Whether `s` has sent a snapshot.
+    pub fn seen(&self, s: Source) -> bool {
+        self.seen.lock().contains(&s)
+    }
+
     /// True once every expected source reported.
     pub fn all_ready(&self) -> bool {
         let seen = self.seen.lock();
         self.expected.iter().all(|s| seen.contains(s))
+    }
+
+    /// Records that the sync loop handled an update of `s` (upstream
+    /// `sourcesReady.AddSource`). The merger records it itself for a first
+    /// snapshot that gives the sync loop nothing to handle.
+    pub fn mark_handled(&self, s: Source) {
+        if self.handled.lock().insert(s) {
+            debug!(source = %s, "Pod source handled by the sync loop");
+        }
+    }
+
+    /// True once every expected source reported and the sync loop handled
+    /// its first update (upstream `sourcesReady.AllReady()`): the pods of
+    /// every source are then admitted, so a pod the kubelet does not know
+    /// is really gone.
+    pub fn all_handled(&self) -> bool {
+        if !self.all_ready() {
+            return false;
+        }
+        let handled = self.handled.lock();
+        self.expected.iter().all(|s| handled.contains(s))
     }
 }
 
@@ -109,8 +140,14 @@ pub fn spawn_merger(
                 },
             };
             let now = jiff::Timestamp::now().to_string();
+            let first = !r.seen(update.source);
             let updates = storage.merge(update.source, update.pods, &now);
             r.mark(update.source);
+            if first && updates.is_empty() {
+                // Nothing for the sync loop to handle (upstream sends it an
+                // empty ADD on a source's first SET, so it marks it).
+                r.mark_handled(update.source);
+            }
             for u in updates {
                 debug!(op = ?u.op, source = %u.source, pods = u.pods.len(), "Pod config update");
                 if out_tx.send(u).await.is_err() {
@@ -135,6 +172,7 @@ mod tests {
         let (tx, mut rx, ready) = spawn_merger(&TaskTracker::new(), &[], stop.clone());
         drop(tx);
         assert!(ready.all_ready(), "no source to wait for");
+        assert!(ready.all_handled(), "no source to wait for");
         let open = tokio::time::timeout(std::time::Duration::from_secs(3600), rx.recv()).await;
         assert!(open.is_err(), "still open an hour later: {open:?}");
         stop.cancel();
@@ -152,5 +190,48 @@ mod tests {
         );
         drop(tx);
         assert!(rx.recv().await.is_none());
+    }
+
+    /// A source is handled once the sync loop says so, or at once when its
+    /// first snapshot gives the sync loop nothing to do.
+    #[tokio::test(start_paused = true)]
+    async fn sources_are_handled_after_the_sync_loop_handled_their_first_update() {
+        let stop = CancellationToken::new();
+        let (tx, mut rx, ready) = spawn_merger(
+            &TaskTracker::new(),
+            &[Source::File, Source::Http],
+            stop.clone(),
+        );
+        let mut p = Pod::default();
+        p.metadata.name = Some("a".into());
+        p.metadata.namespace = Some("default".into());
+        p.metadata.uid = Some("a".into());
+        tx.send(SourceUpdate {
+            source: Source::File,
+            pods: vec![p],
+        })
+        .await
+        .expect("send");
+        let u = rx.recv().await.expect("update");
+        tx.send(SourceUpdate {
+            source: Source::Http,
+            pods: vec![],
+        })
+        .await
+        .expect("send");
+        for _ in 0..50 {
+            if ready.all_ready() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(ready.all_ready(), "both sources sent a snapshot");
+        assert!(
+            !ready.all_handled(),
+            "the file source's pods are not handled yet"
+        );
+        ready.mark_handled(u.source);
+        assert!(ready.all_handled(), "http had nothing to handle");
+        stop.cancel();
     }
 }

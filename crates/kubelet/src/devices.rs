@@ -20,19 +20,11 @@ use kubelet_podresources::{
     container_devices,
 };
 use kubelet_types::pod;
-use parking_lot::Mutex;
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::lifecycle::{Rejection, ResourceAllocator};
 use crate::pod_manager::PodManager;
 use crate::status::StatusManager;
-
-/// How long after every pod source first reported the device manager still
-/// treats containers found running at start as its own (upstream's sources
-/// become ready only once the sync loop handled their first update, after
-/// admitting the pods they carry; the merger here marks them before).
-pub const SOURCES_SETTLE: Duration = Duration::from_secs(10);
 
 /// Pods admitted and not in a terminal phase (upstream
 /// `filterOutInactivePods`): a rejected pod is `Failed`; a pod this kubelet
@@ -66,7 +58,6 @@ struct Bound {
 #[derive(Default)]
 pub struct KubeletActivePods {
     bound: OnceLock<Bound>,
-    ready_since: Mutex<Option<Instant>>,
 }
 
 impl KubeletActivePods {
@@ -98,15 +89,9 @@ impl ActivePods for KubeletActivePods {
     }
 
     fn sources_ready(&self) -> bool {
-        let Some(b) = self.bound.get() else {
-            return false;
-        };
-        if !b.sources.all_ready() {
-            return false;
-        }
-        let now = Instant::now();
-        let since = *self.ready_since.lock().get_or_insert(now);
-        now.saturating_duration_since(since) >= SOURCES_SETTLE
+        // Upstream `sourcesReady.AllReady()`: every source's first update
+        // handled by the sync loop, so the pods it carries are admitted.
+        self.bound.get().is_some_and(|b| b.sources.all_handled())
     }
 }
 
@@ -333,16 +318,19 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn sources_settle_before_running_containers_lose_their_pass() {
+    #[test]
+    fn sources_are_ready_once_the_sync_loop_handled_each_first_update() {
         let ready = Arc::new(SourcesReady::new([kubelet_types::Source::File]));
         let active = KubeletActivePods::default();
         assert!(!active.sources_ready(), "nothing bound");
         active.bind(PodManager::default(), Arc::default(), ready.clone());
         assert!(!active.sources_ready(), "the file source has not reported");
         ready.mark(kubelet_types::Source::File);
-        assert!(!active.sources_ready(), "just reported");
-        tokio::time::advance(SOURCES_SETTLE).await;
+        assert!(
+            !active.sources_ready(),
+            "reported, but its pods are not admitted yet"
+        );
+        ready.mark_handled(kubelet_types::Source::File);
         assert!(active.sources_ready());
     }
 }

@@ -3,11 +3,12 @@
 //! `Kubelet.ListenAndServePodResources` on
 //! `<root-dir>/pod-resources/kubelet.sock`). Both sockets are bound in
 //! `App::build`, so a kubelet that cannot serve them does not start, as
-//! upstream; the server and the device manager's housekeeping run on the
-//! task tracker until the kubelet stops.
+//! upstream; the server runs on the task tracker until the kubelet stops,
+//! and the device manager stops with it. Devices of pods gone are freed
+//! before each allocation and each pod-resources `List`, as upstream (no
+//! timer).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kubelet_config::KubeletConfig;
 use kubelet_devicemanager::{DeviceManager, DeviceManagerConfig};
@@ -24,11 +25,6 @@ use crate::devices::{
 use crate::error::Error as AppError;
 use crate::pod_manager::PodManager;
 use crate::status::StatusManager;
-
-/// How often devices of pods gone are freed (upstream frees them before
-/// each allocation and each pod-resources `List`; this keeps the
-/// checkpoint and node status current between those too).
-const FREE_DEVICES_PERIOD: Duration = Duration::from_secs(10);
 
 /// The device manager, started, and the pod-resources socket, bound.
 pub(super) struct Devices {
@@ -74,8 +70,8 @@ pub(super) struct Wiring {
 }
 
 impl Devices {
-    /// Binds the pod pipeline, serves the pod-resources API and frees the
-    /// devices of pods gone; the device manager stops with the kubelet.
+    /// Binds the pod pipeline and serves the pod-resources API; the device
+    /// manager stops with the kubelet.
     pub(super) fn spawn(self, w: Wiring, tasks: &TaskTracker, stop: &CancellationToken) {
         self.active
             .bind(w.pods.clone(), w.status.clone(), w.sources_ready);
@@ -99,14 +95,7 @@ impl Devices {
         let manager = self.manager;
         let stop = stop.child_token();
         spawn_in(tasks, info_span!("device_manager"), async move {
-            let mut tick = tokio::time::interval(FREE_DEVICES_PERIOD);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => manager.update_allocated_devices(),
-                }
-            }
+            stop.cancelled().await;
             manager.stop();
         });
     }

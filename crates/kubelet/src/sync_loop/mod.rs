@@ -93,7 +93,8 @@ pub struct SyncLoop {
     pub workers: Arc<dyn PodWorkers>,
     /// The work queue the workers requeue on.
     pub queue: Arc<WorkQueue>,
-    /// Whether every source reported.
+    /// Whether every source reported; the loop records each source whose
+    /// update it handled.
     pub sources_ready: Arc<SourcesReady>,
     /// Desired pods.
     pub desired: Arc<dyn Manager>,
@@ -400,7 +401,13 @@ impl SyncLoop {
                 biased;
                 () = stop.cancelled() => return,
                 u = self.config.recv() => match u {
-                    Some(u) => self.handle_config(u),
+                    Some(u) => {
+                        let source = u.source;
+                        self.handle_config(u);
+                        // Upstream `sourcesReady.AddSource` after the handler:
+                        // the source's pods are admitted and known.
+                        self.sources_ready.mark_handled(source);
+                    }
                     None => return,
                 },
                 ev = self.pleg_events.recv() => if let Some(ev) = ev { self.handle_pleg(&ev) },

@@ -293,6 +293,22 @@ async fn housekeeping_cleans_up_orphans_only_once_sources_are_ready() {
     h.stop.cancel();
 }
 
+/// Upstream `sourcesReady.AddSource` after the handler: a source is handled
+/// once its update's pods are admitted and in the pod manager.
+#[tokio::test(start_paused = true)]
+async fn a_source_is_handled_once_its_update_is() {
+    let h = start();
+    h.ready.mark(Source::File);
+    settle().await;
+    assert!(!h.ready.all_handled(), "no update handled yet");
+    let p = pods::simple("handled", "busybox", "Always");
+    h.config.send(update(PodOperation::Add, &p)).await.ok();
+    settle().await;
+    assert!(h.pods.contains(pod::uid(&p)));
+    assert!(h.ready.all_handled());
+    h.stop.cancel();
+}
+
 /// The part of the agent's host the syncloop check reads.
 struct LoopHost {
     heartbeat: Arc<Heartbeat>,
