@@ -243,26 +243,40 @@ pub async fn read(path: &Path) -> Result<Option<Checkpoint>> {
     Ok(Some(cp))
 }
 
-/// Writes the checkpoint atomically (temporary file, fsync, rename), off the runtime.
+/// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of
+/// the directory so the rename survives a crash), off the runtime. A
+/// temporary file left by a failed write is removed.
 ///
 /// # Errors
 /// [`DeviceManagerError::CheckpointWrite`].
 pub async fn write(path: PathBuf, cp: &Checkpoint) -> Result<()> {
     let fail = |e: String| DeviceManagerError::CheckpointWrite(e);
     let json = serde_json::to_vec(cp).map_err(|e| fail(e.to_string()))?;
-    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or_else(|| Path::new("/"));
-        let tmp = dir.join(format!(".{CHECKPOINT_NAME}.tmp"));
+    tokio::task::spawn_blocking(move || write_blocking(&path, &json))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))
+}
+
+fn write_blocking(path: &Path, json: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("/"));
+    let tmp = dir.join(format!(".{CHECKPOINT_NAME}.tmp"));
+    let replaced = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(json)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = replaced {
+        if let Err(error) = std::fs::remove_file(&tmp)
+            && error.kind() != std::io::ErrorKind::NotFound
         {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&json)?;
-            f.sync_all()?;
+            tracing::warn!(path = %tmp.display(), %error, "Failed to remove the temporary checkpoint file");
         }
-        std::fs::rename(&tmp, &path)
-    })
-    .await
-    .map_err(|e| fail(e.to_string()))?
-    .map_err(|e| fail(e.to_string()))
+        return Err(e);
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -357,5 +371,26 @@ mod tests {
         let cp = Checkpoint::new(sample());
         write(path.clone(), &cp).await.expect("write");
         assert_eq!(read(&path).await.expect("read"), Some(cp));
+        let tmp = dir.path().join(format!(".{CHECKPOINT_NAME}.tmp"));
+        assert!(!tmp.exists(), "no temporary file left");
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join(CHECKPOINT_NAME);
+        // A non-empty directory where the checkpoint goes: the rename fails.
+        std::fs::create_dir(&path).expect("mkdir");
+        std::fs::write(path.join("x"), b"x").expect("write");
+        let e = write(path.clone(), &Checkpoint::new(sample()))
+            .await
+            .expect_err("rename onto a directory");
+        assert!(
+            e.to_string()
+                .starts_with("failed to write checkpoint file \"kubelet_internal_checkpoint\""),
+            "{e}"
+        );
+        let tmp = dir.path().join(format!(".{CHECKPOINT_NAME}.tmp"));
+        assert!(!tmp.exists(), "the temporary file is removed");
     }
 }
