@@ -237,3 +237,61 @@ async fn a_plugin_in_token_mode_is_sent_a_token_for_the_pods_service_account() {
     }
     j.cleanup().await;
 }
+
+/// `cacheType: Token`: an answer is cached for the token it was given, and
+/// the kubelet's token manager hands out the same token for the same pod
+/// until it needs a refresh, so two pulls of one pod (two containers of the
+/// image with `imagePullPolicy: Always`) run the plugin once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_cache_type_answers_a_pods_second_pull_from_the_cache() {
+    if !apiserver_double::profile::Profile::from_env_or_default().at_least(34) {
+        // The Node authorizer refuses the service account read before 1.34:
+        // the plugin is never run (see the test above).
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let (config, bin) = install_with(
+        dir.path(),
+        "  tokenAttributes:\n    \
+           serviceAccountTokenAudience: registry.test\n    \
+           requireServiceAccount: true\n    \
+           cacheType: Token\n",
+    );
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.image_credential_provider_config = Some(config.clone());
+        f.image_credential_provider_bin_dir = Some(bin.clone());
+    })
+    .await;
+    remove_private_image(&j.node).await;
+    let container = |name: &str| {
+        serde_json::json!({
+            "name": name, "image": PRIVATE, "imagePullPolicy": "Always",
+            "command": ["sleep", "3600"],
+        })
+    };
+    j.create_pod(
+        "tok-cache",
+        serde_json::json!({
+            "serviceAccountName": "default",
+            "containers": [container("a"), container("b")],
+        }),
+    )
+    .await;
+    j.wait_api("tok-cache", Duration::from_secs(90), "running", |p| {
+        p.is_some_and(|p| {
+            (0..2).all(|i| p["status"]["containerStatuses"][i]["state"]["running"].is_object())
+        })
+    })
+    .await
+    .expect("pod");
+    let asked = requests(dir.path());
+    assert_eq!(asked.len(), 1, "one plugin run for both pulls: {asked:?}");
+    assert!(
+        asked[0]["serviceAccountToken"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{}",
+        asked[0]
+    );
+    j.cleanup().await;
+}

@@ -79,6 +79,9 @@ pub struct App {
     eviction_thresholds: Vec<kubelet_eviction::Threshold>,
     /// The device manager (started) and the pod-resources socket (bound).
     devices: podresources::Devices,
+    /// Service accounts and tokens for credential providers in token mode;
+    /// the pod pipeline hands it the token manager.
+    credential_tokens: Arc<crate::credential_tokens::KubeletTokens>,
 }
 
 /// Read access to a running kubelet, for tests and the (later) kubelet API.
@@ -149,7 +152,8 @@ impl App {
             ..RuntimeConfig::default()
         };
         // Providers in service-account token mode get the apiserver client
-        // once connected (below).
+        // once connected (below) and the token manager once the pod
+        // pipeline is built.
         let credential_tokens = Arc::new(crate::credential_tokens::KubeletTokens::default());
         let mut credential_options = kubelet_credentialprovider::RegisterOptions {
             tokens: Some(credential_tokens.clone()),
@@ -249,6 +253,7 @@ impl App {
             container_manager,
             eviction_thresholds,
             devices,
+            credential_tokens,
         })
     }
 
@@ -300,6 +305,7 @@ impl App {
             latest_node: latest_node_rx,
             pressure: pressure.clone(),
             devices: self.devices.manager.clone(),
+            credential_tokens: self.credential_tokens.clone(),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
         let device_manager = self.devices.manager.clone();

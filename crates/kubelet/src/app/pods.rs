@@ -136,6 +136,9 @@ pub(super) struct Pipeline<'a> {
     pub pressure: kubelet_eviction::Pressure,
     /// Device plugins (admission and container options).
     pub devices: kubelet_devicemanager::DeviceManager,
+    /// Tokens for credential providers in token mode: given the token
+    /// manager here.
+    pub credential_tokens: Arc<crate::credential_tokens::KubeletTokens>,
 }
 
 /// Handles to the running pipeline.
@@ -200,6 +203,10 @@ impl Pipeline<'_> {
             recorder: event_recorder.clone(),
         }
         .spawn(tasks, stop);
+        // Credential providers in token mode share the pods' token cache
+        // (upstream hands them the token manager's GetServiceAccountToken).
+        self.credential_tokens
+            .set_token_manager(volumes.host.tokens.clone());
         self.manager.set_runtime_helper(Arc::new(
             crate::kubelet_pods::helper::KubeletRuntimeHelper {
                 volumes: volumes.manager.clone(),
