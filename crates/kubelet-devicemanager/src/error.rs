@@ -130,6 +130,15 @@ pub enum DeviceManagerError {
         /// What went wrong.
         reason: String,
     },
+    /// A plugin registered an endpoint outside the device plugin directory
+    /// (upstream joins it to the directory unchecked).
+    #[error("invalid endpoint {endpoint:?}: the plugin socket must be inside {}", dir.display())]
+    InvalidEndpoint {
+        /// The endpoint the plugin sent.
+        endpoint: String,
+        /// The device plugin directory.
+        dir: PathBuf,
+    },
     /// The registration socket could not be served.
     #[error("device plugin registration server at {path}: {source}")]
     Serve {

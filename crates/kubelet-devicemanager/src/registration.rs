@@ -4,7 +4,7 @@
 //! plugin whose `Register` succeeded is already being watched.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -33,6 +33,31 @@ pub(crate) fn validate_register(version: &str, resource: &str) -> Result<()> {
     Ok(())
 }
 
+/// The plugin's socket: `endpoint` inside `dir`, as upstream's
+/// `filepath.Join(socketDir, endpoint)` (a leading `/` does not leave the
+/// directory, `.` and `..` are resolved lexically), except that an endpoint
+/// resolving to the directory itself or outside it is refused.
+pub(crate) fn plugin_socket(dir: &Path, endpoint: &str) -> Result<PathBuf> {
+    let invalid = || DeviceManagerError::InvalidEndpoint {
+        endpoint: endpoint.to_string(),
+        dir: dir.to_path_buf(),
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in Path::new(endpoint).components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::ParentDir => {
+                parts.pop().ok_or_else(invalid)?;
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    if parts.is_empty() {
+        return Err(invalid());
+    }
+    Ok(parts.iter().fold(dir.to_path_buf(), |p, c| p.join(c)))
+}
+
 struct RegistrationService {
     manager: DeviceManager,
 }
@@ -50,7 +75,13 @@ impl Registration for RegistrationService {
             tracing::info!(resource = %r.resource_name, error = %e, "Bad registration request from device plugin");
             return Err(Status::unknown(e.to_string()));
         }
-        let socket = self.manager.socket_dir().join(&r.endpoint);
+        let socket = match plugin_socket(self.manager.socket_dir(), &r.endpoint) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!(resource = %r.resource_name, error = %e, "Bad registration request from device plugin");
+                return Err(Status::unknown(e.to_string()));
+            }
+        };
         if let Err(e) = self.manager.connect_plugin(&r.resource_name, &socket).await {
             tracing::info!(resource = %r.resource_name, error = %e, "Error connecting to device plugin client");
             return Err(Status::unknown(e.to_string()));
@@ -133,4 +164,36 @@ pub(crate) async fn start(manager: DeviceManager) -> Result<()> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_stay_inside_the_device_plugin_directory() {
+        let dir = Path::new("/var/lib/kubelet/device-plugins");
+        let ok = |e: &str| plugin_socket(dir, e).expect(e);
+        assert_eq!(ok("gpu.sock"), dir.join("gpu.sock"));
+        // As filepath.Join: a leading slash stays inside, `.`/`..` resolve.
+        assert_eq!(ok("/gpu.sock"), dir.join("gpu.sock"));
+        assert_eq!(ok("./a/../gpu.sock"), dir.join("gpu.sock"));
+        assert_eq!(ok("sub/gpu.sock"), dir.join("sub/gpu.sock"));
+        for bad in [
+            "../gpu.sock",
+            "/../../etc/x.sock",
+            "a/../../x.sock",
+            "",
+            ".",
+            "a/..",
+        ] {
+            let e = plugin_socket(dir, bad).expect_err(bad);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid endpoint {bad:?}: the plugin socket must be inside /var/lib/kubelet/device-plugins"
+                ),
+            );
+        }
+    }
 }
