@@ -326,6 +326,9 @@ impl DeviceManager {
             tracing::info!(pod.uid = %uid, container, resource, preferred = ?preferred, "Device plugin preferred allocation");
         }
         let mut st = self.inner.state.lock();
+        // Devices may have turned unhealthy during the plugin call.
+        let healthy = st.healthy.get(resource).cloned().unwrap_or_default();
+        let available: BTreeSet<String> = available.intersection(&healthy).cloned().collect();
         let in_use = st.allocated.entry(resource.to_string()).or_default();
         let order = preferred
             .intersection(&available)

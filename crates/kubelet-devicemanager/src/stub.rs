@@ -37,6 +37,11 @@ type ListAndWatchStream = std::pin::Pin<
 /// What the stub answers to `Allocate` for one container's device ids.
 pub type AllocateFn = Arc<dyn Fn(&[String]) -> ContainerAllocateResponse + Send + Sync>;
 
+/// Awaited inside each `GetPreferredAllocation` before it answers (tests
+/// change the devices while the kubelet waits for the answer).
+pub type PreferredHook =
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// A device with the given id and health.
 pub fn device(id: &str, healthy: bool) -> Device {
     Device {
@@ -95,6 +100,8 @@ pub struct StubConfig {
     pub preferred: Vec<String>,
     /// Its `Allocate` answer per container.
     pub allocate: AllocateFn,
+    /// Awaited in `GetPreferredAllocation` before it answers.
+    pub preferred_hook: Option<PreferredHook>,
 }
 
 impl Default for StubConfig {
@@ -103,6 +110,7 @@ impl Default for StubConfig {
             options: DevicePluginOptions::default(),
             preferred: Vec::new(),
             allocate: Arc::new(default_allocate),
+            preferred_hook: None,
         }
     }
 }
@@ -167,6 +175,9 @@ impl DevicePlugin for Service {
             .lock()
             .preferred
             .extend(r.container_requests.clone());
+        if let Some(hook) = &self.config.preferred_hook {
+            hook().await;
+        }
         let container_responses = r
             .container_requests
             .iter()

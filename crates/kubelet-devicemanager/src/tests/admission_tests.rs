@@ -1,12 +1,17 @@
 //! The pod under admission (upstream `pendingAdmissionPod`): the kubelet
 //! adds a pod to its pod manager only after admitting it, so while its
 //! containers are allocated one by one the pod is not among the active pods,
-//! and freeing the devices of inactive pods must leave it alone.
+//! and freeing the devices of inactive pods must leave it alone. Also: a
+//! device that turns unhealthy while the plugin picks its preferred
+//! allocation is not handed out.
 
 use std::sync::Arc;
 
+use tokio::sync::Notify;
+
 use crate::DeviceManager;
 use crate::stub::{Stub, StubConfig, device};
+use crate::v1beta1::DevicePluginOptions;
 
 use super::manager_tests::{FakePods, RES, container, pod, started, wait_capacity};
 
@@ -96,5 +101,53 @@ async fn the_previous_pod_under_admission_loses_its_devices_once_another_is_admi
         .expect("p1's device is freed for p2");
     assert!(!m.has_pod("p1"));
     assert_eq!(ids(&m, "p2", "c"), vec!["dev-a".to_string()]);
+    m.stop();
+}
+
+#[tokio::test]
+async fn a_device_turning_unhealthy_during_get_preferred_allocation_is_not_allocated() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (m, _) = started(dir.path(), FakePods::ready_with(&["p1"])).await;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (e, r) = (entered.clone(), release.clone());
+    let p = Stub::start(
+        &dir.path().join("device-plugins").join("fake.sock"),
+        vec![device("dev-a", true), device("dev-b", true)],
+        StubConfig {
+            options: DevicePluginOptions {
+                pre_start_required: false,
+                get_preferred_allocation_available: true,
+            },
+            preferred: vec!["dev-a".into()],
+            preferred_hook: Some(Arc::new(move || {
+                let (e, r) = (e.clone(), r.clone());
+                Box::pin(async move {
+                    e.notify_one();
+                    r.notified().await;
+                })
+            })),
+            ..StubConfig::default()
+        },
+    )
+    .expect("stub");
+    p.register(&m.socket_path(), RES, "v1beta1")
+        .await
+        .expect("register");
+    wait_capacity(&m, 2, 2).await;
+    let alloc = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let p1 = pod("p1", vec![], vec![container("c", 1)]);
+            m.allocate(&p1, &container("c", 1)).await
+        })
+    };
+    entered.notified().await;
+    // The preferred device goes bad while the kubelet waits for the answer.
+    p.set_devices(vec![device("dev-a", false), device("dev-b", true)]);
+    wait_capacity(&m, 2, 1).await;
+    release.notify_one();
+    alloc.await.expect("join").expect("allocate");
+    assert_eq!(ids(&m, "p1", "c"), vec!["dev-b".to_string()]);
     m.stop();
 }
