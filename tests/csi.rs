@@ -7,228 +7,34 @@
 //! checks what the driver was asked (upstream's paths and volume context)
 //! and what the pod sees.
 
-use std::path::{Path, PathBuf};
+#[path = "csi_support.rs"]
+mod csi_support;
+
+#[path = "csi_lifecycle.rs"]
+mod csi_lifecycle;
+
+use std::path::Path;
 use std::time::Duration;
 
 use apiserver_double::Options;
+use csi_support::*;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kubelet_rs_integration::cluster::{Joined, phase};
 use kubelet_rs_integration::*;
 use kubelet_test_util::csi_driver::api::{
-    DriverSpec, attachment_name, create_attachment, create_csi_driver, csi_pv, mark_attached,
+    DriverSpec, attachment_name, create_attachment, create_csi_driver, mark_attached,
 };
 use kubelet_test_util::csi_driver::{CsiDriver, DriverConfig, Fault, Request};
 use serde_json::{Value, json};
 use tonic::Code;
 
-const T: Duration = Duration::from_secs(60);
-const DRIVER: &str = "hostpath.csi.kubelet-rs.test";
-
-/// A kubelet joined to the double, with the test driver registered.
-struct Env {
-    j: Joined,
-    driver: CsiDriver,
-    _data: tempfile::TempDir,
-}
-
-impl Env {
-    async fn start(spec: DriverSpec) -> Env {
-        let j = Joined::start(Options::default()).await;
-        create_csi_driver(&j.admin, DRIVER, &spec)
-            .await
-            .expect("CSIDriver");
-        let data = tempfile::tempdir().expect("data dir");
-        let config = DriverConfig::new(DRIVER, &j.node.name, data.path());
-        let driver = CsiDriver::start_in_root(config, &j.node.root_dir())
-            .await
-            .expect("driver");
-        let status = driver.wait_registration(T).await.expect("registration");
-        assert!(status.registered, "registration refused: {}", status.error);
-        let env = Env {
-            j,
-            driver,
-            _data: data,
-        };
-        env.wait_csi_node_lists_driver().await;
-        env
-    }
-
-    async fn wait_csi_node_lists_driver(&self) {
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
-            let node = self.j.api.get("csinodes", "", &self.j.node.name);
-            let listed = node.as_ref().is_some_and(|n| {
-                n["spec"]["drivers"]
-                    .as_array()
-                    .is_some_and(|d| d.iter().any(|d| d["name"] == DRIVER))
-            });
-            if listed {
-                let d = &node.as_ref().expect("csinode")["spec"]["drivers"][0];
-                assert_eq!(d["nodeID"], self.j.node.name.as_str());
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "CSINode never listed the driver: {node:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// A claim `claim` bound to a CSI PV `pv` of volume `handle`, whose
-    /// data directory holds `hello` with `content`.
-    async fn bound_claim(&self, claim: &str, pv: &str, handle: &str, content: &str) {
-        let dir = self.driver.volume_path(handle);
-        std::fs::create_dir_all(&dir).expect("volume dir");
-        std::fs::write(dir.join("hello"), content).expect("volume file");
-        let claims = Api::<PersistentVolumeClaim>::namespaced(self.j.admin.clone(), "default");
-        let c: PersistentVolumeClaim = serde_json::from_value(json!({
-            "metadata": {"name": claim},
-            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
-                "resources": {"requests": {"storage": "1Gi"}}}
-        }))
-        .expect("pvc");
-        let c = claims
-            .create(&PostParams::default(), &c)
-            .await
-            .expect("create pvc");
-        let mut v = csi_pv(
-            pv,
-            DRIVER,
-            handle,
-            ("default", claim),
-            None,
-            None,
-            "Filesystem",
-        );
-        v["spec"]["claimRef"]["uid"] = json!(c.metadata.uid);
-        let v: PersistentVolume = serde_json::from_value(v).expect("pv");
-        Api::<PersistentVolume>::all(self.j.admin.clone())
-            .create(&PostParams::default(), &v)
-            .await
-            .expect("create pv");
-        claims
-            .patch_status(
-                claim,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"phase": "Bound",
-                    "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
-            )
-            .await
-            .expect("bind");
-    }
-
-    async fn delete_pod(&self, name: &str) {
-        Api::<Pod>::namespaced(self.j.admin.clone(), "default")
-            .delete(&self.j.pod_name(name), &Default::default())
-            .await
-            .expect("delete pod");
-        self.j.wait_api(name, T, "gone", |p| p.is_none()).await;
-    }
-
-    async fn call(&self, method: &str) -> Request {
-        self.driver
-            .wait_for_call(method, Code::Ok, T)
-            .await
-            .unwrap_or_else(|| panic!("no successful {method}: {:?}", self.driver.calls()))
-            .request
-    }
-
-    fn ok_calls(&self, method: &str) -> usize {
-        self.driver
-            .calls_of(method)
-            .iter()
-            .filter(|c| c.code == Code::Ok)
-            .count()
-    }
-
-    fn pods_dir(&self) -> PathBuf {
-        self.j.node.root_dir().join("pods")
-    }
-}
-
-fn uid(p: &Option<Value>) -> String {
-    p.as_ref()
-        .and_then(|p| p["metadata"]["uid"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// What container `main` of the pod printed.
-fn log_of(j: &Joined, name: &str, uid: &str) -> String {
-    let path = format!(
-        "/var/log/pods/default_{}_{uid}/main/0.log",
-        j.pod_name(name)
-    );
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.splitn(4, ' ').nth(3))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-async fn wait_log(j: &Joined, name: &str, uid: &str, want: &str) {
-    let deadline = tokio::time::Instant::now() + T;
-    while !log_of(j, name, uid).contains(want) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "log never had {want:?}: {:?}",
-            log_of(j, name, uid)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_gone(path: &Path) {
-    let deadline = tokio::time::Instant::now() + T;
-    while path.exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} stayed",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn claim_pod(claim: &str) -> Value {
-    json!({
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "main", "image": BUSYBOX,
-            "command": ["sh", "-c", "cat /data/hello; echo; echo from-pod > /data/written; sleep 3600"],
-            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
-    })
-}
-
-fn inline_pod() -> Value {
-    json!({
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "main", "image": BUSYBOX,
-            "command": ["sh", "-c", "echo inline > /data/file; cat /data/file; sleep 3600"],
-            "volumeMounts": [{"name": "scratch", "mountPath": "/data"}]}],
-        "volumes": [{"name": "scratch", "csi": {"driver": DRIVER,
-            "volumeAttributes": {"size": "1Mi"}}}]
-    })
-}
-
-fn ephemeral_spec() -> DriverSpec {
-    DriverSpec {
-        attach_required: Some(false),
-        pod_info_on_mount: Some(true),
-        volume_lifecycle_modes: vec!["Persistent".into(), "Ephemeral".into()],
-        ..DriverSpec::default()
-    }
-}
-
+/// unstages it.
 /// (a) A claim bound to a CSI PV of a driver that needs attaching: the pod
 /// waits for the VolumeAttachment, then the volume is staged and published
 /// on upstream's paths, the container sees the volume's files, the pod's
 /// summary lists the volume's stats, and deleting the pod unpublishes and
-/// unstages it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
     let env = Env::start(DriverSpec {
@@ -310,12 +116,8 @@ async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
         Some("claim-a")
     );
     assert!(pod.volume[0].fs.capacity_bytes.is_some());
-    // What the node's `status.volumesInUse` is to list.
-    let csi = j.node.handle().host.csi.clone().expect("CSI plugin");
-    assert_eq!(
-        csi.volumes_in_use(),
-        vec![format!("kubernetes.io/csi/{DRIVER}^vol-a")]
-    );
+    // The node's `status.volumesInUse` lists the device while it is used.
+    env.wait_volume_in_use("vol-a", true).await;
 
     env.delete_pod("attach").await;
     let Request::NodeUnpublishVolume(unpublish) = env.call("NodeUnpublishVolume").await else {
@@ -329,7 +131,7 @@ async fn a_csi_pv_waits_for_attach_is_staged_published_and_torn_down() {
     wait_gone(&vol_dir).await;
     wait_gone(&staging).await;
     assert!(env.driver.published().is_empty());
-    assert!(csi.volumes_in_use().is_empty());
+    env.wait_volume_in_use("vol-a", false).await;
     env.j.cleanup().await;
 }
 
@@ -759,47 +561,5 @@ async fn tokens_are_passed_to_the_driver_and_the_volume_is_republished() {
     }
     env.delete_pod("tokens").await;
     env.call("NodeUnpublishVolume").await;
-    env.j.cleanup().await;
-}
-
-/// From csi_mock: a NodeStageVolume error is a `FailedMount` event naming
-/// the MountDevice step and the PV, and the pod starts once the driver
-/// stops failing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stops() {
-    let env = Env::start(DriverSpec {
-        attach_required: Some(false),
-        ..DriverSpec::default()
-    })
-    .await;
-    let j = &env.j;
-    env.bound_claim("claim-s", "pv-s", "vol-s", "staged").await;
-    env.driver.set_fault(
-        "NodeStageVolume",
-        Fault::Fail(Code::Internal, "fake stage failure".into()),
-    );
-    j.create_pod("stage", claim_pod("claim-s")).await;
-    let want = "MountVolume.MountDevice failed for volume \"pv-s\" : rpc error: code = Internal desc = fake stage failure";
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let events = j.pod_events("stage");
-        if events
-            .iter()
-            .any(|(t, r, m)| t == "Warning" && r == "FailedMount" && m == want)
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no FailedMount event {want:?}: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(env.driver.calls_of("NodePublishVolume").is_empty());
-    env.driver.clear_fault("NodeStageVolume");
-    j.wait_api("stage", T, "Running", |p| phase(p) == Some("Running"))
-        .await;
-    env.delete_pod("stage").await;
-    env.call("NodeUnstageVolume").await;
     env.j.cleanup().await;
 }

@@ -49,6 +49,16 @@ impl Default for Timeouts {
     }
 }
 
+impl Timeouts {
+    /// A bound on one whole set-up or tear-down (API reads, the attach
+    /// wait, stage, publish, expand, or unpublish and unstage, each with
+    /// its dial and capability probe), longer than the sum of their own
+    /// deadlines, so those end an operation first.
+    pub fn outer_bound(&self) -> Duration {
+        self.attach + self.operation * 3 + (self.probe + self.dial) * 4 + Duration::from_secs(60)
+    }
+}
+
 /// A volume the CSI plugin serves.
 #[derive(Debug, Clone, Copy)]
 pub enum CsiVolume<'a> {
@@ -218,6 +228,11 @@ impl CsiPlugin {
     /// Where volumes live on disk.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The deadlines of the plugin's calls.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
     /// A client of the registered driver `driver`.

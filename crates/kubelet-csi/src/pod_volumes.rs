@@ -48,21 +48,6 @@ impl CsiPlugin {
         }
     }
 
-    /// The persistent CSI volumes published for pods on this node, sorted
-    /// (upstream `GetVolumesInUse`, for the node's `status.volumesInUse`:
-    /// the attach/detach controller detaches none of them).
-    pub fn volumes_in_use(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .pod_volumes
-            .lock()
-            .values()
-            .flat_map(|v| v.values().filter_map(|r| r.unique_name.clone()))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-
     /// The published CSI volumes of pod `uid`, by spec name.
     pub fn pod_volumes(&self, uid: &str) -> Vec<PodVolumeRef> {
         self.pod_volumes
@@ -103,10 +88,9 @@ mod tests {
         );
         assert_eq!(plugin.pod_volumes("u1"), vec![r]);
         assert!(plugin.pod_volumes("u3").is_empty());
-        assert_eq!(plugin.volumes_in_use(), vec!["kubernetes.io/csi/d^h"]);
         plugin.forget_pod_volume("u1", "pv-1");
         assert!(plugin.pod_volumes("u1").is_empty());
         plugin.forget_pod_volume("u2", "pv-1");
-        assert!(plugin.volumes_in_use().is_empty());
+        assert_eq!(plugin.pod_volumes("u2").len(), 1, "the inline volume stays");
     }
 }

@@ -32,7 +32,9 @@ pub struct ReconstructedVolume {
 impl CsiPlugin {
     /// The CSI volumes of pod `pod_uid` on disk, from each volume's
     /// `vol_data.json`; a directory without a readable file is skipped
-    /// (and logged), as upstream's reconstruction does.
+    /// (and logged) without skipping the pod's other volumes, as upstream's
+    /// reconstruction does; a target whose mount state cannot be read
+    /// counts as mounted.
     pub async fn reconstruct(&self, pod_uid: &str) -> Result<Vec<ReconstructedVolume>> {
         let dir = self.layout.pod_csi_dir(pod_uid);
         let mut entries = match tokio::fs::read_dir(&dir).await {
@@ -47,16 +49,32 @@ impl CsiPlugin {
             .map_err(Error::io("failed to read", &dir))?
         {
             let vol_dir = entry.path();
+            let target = vol_dir.join("mount");
+            // Unknown counts as mounted: nothing is unstaged under it.
+            let mounted = kubelet_volume::mount::is_mount_point(&target)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(target = %target.display(), error = %e, "Cannot tell whether a CSI volume is mounted; taking it as mounted");
+                    true
+                });
             let data = match load_volume_data(&vol_dir).await {
                 Ok(d) => d,
+                // Only this volume is skipped; its tear-down refuses to
+                // remove it while mounted, and its device is not unstaged
+                // while the mount shows the staging path.
+                Err(e) if mounted => {
+                    tracing::warn!(dir = %vol_dir.display(), error = %e, "CSI volume without readable volume data is still mounted; keeping it as in use");
+                    if let Some(v) = self.staged_behind(&vol_dir, &target).await {
+                        out.push(v);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(dir = %vol_dir.display(), error = %e, "Skipping CSI volume without volume data");
                     continue;
                 }
             };
             let get = |k: &str| data.get(k).cloned().unwrap_or_default();
-            let target = vol_dir.join("mount");
-            let mounted = kubelet_volume::mount::is_mount_point(&target).await?;
             let mode = get(keys::VOLUME_LIFECYCLE_MODE);
             out.push(ReconstructedVolume {
                 spec_name: get(keys::SPEC_VOL_ID),
@@ -74,6 +92,49 @@ impl CsiPlugin {
         }
         out.sort_by(|a, b| a.spec_name.cmp(&b.spec_name));
         Ok(out)
+    }
+
+    /// A mounted volume without its own volume data, as the device whose
+    /// staging path its target shows (found by the mount's other
+    /// references, read from the device's `vol_data.json`), so the device
+    /// counts as in use; `None` when no such device is found.
+    async fn staged_behind(
+        &self,
+        vol_dir: &std::path::Path,
+        target: &std::path::Path,
+    ) -> Option<ReconstructedVolume> {
+        let t = target.to_path_buf();
+        let refs =
+            tokio::task::spawn_blocking(move || kubelet_volume::mount::mount_refs_blocking(&t))
+                .await
+                .ok()?
+                .ok()?;
+        let plugin_dir = self.layout.plugin_dir();
+        for r in refs {
+            if !r.starts_with(&plugin_dir) || !r.ends_with(crate::paths::GLOBAL_MOUNT) {
+                continue;
+            }
+            let Some(device_dir) = r.parent() else {
+                continue;
+            };
+            let Ok(data) = load_volume_data(device_dir).await else {
+                continue;
+            };
+            let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+            return Some(ReconstructedVolume {
+                spec_name: vol_dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                driver: get(keys::DRIVER_NAME),
+                volume_handle: get(keys::VOLUME_HANDLE),
+                lifecycle_mode: LIFECYCLE_PERSISTENT.into(),
+                attachment_id: String::new(),
+                target: target.to_path_buf(),
+                mounted: true,
+            });
+        }
+        None
     }
 
     /// Usage of the filesystem volume `spec_name` of pod `pod_uid` from the
@@ -151,5 +212,40 @@ impl CsiPlugin {
             .await
             .map(Some)
             .map_err(|e| e.phase("MountVolume.NodeExpandVolume", spec_name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::Timeouts;
+    use crate::paths::{keys, save_volume_data};
+    use crate::tests::{DRIVER, env};
+
+    #[tokio::test]
+    async fn a_volume_without_readable_data_skips_only_itself() {
+        let e = env(Timeouts::default());
+        let layout = e.plugin.layout();
+        let broken = layout.pod_volume_dir("u1", "pv-broken");
+        tokio::fs::create_dir_all(&broken).await.expect("dir");
+        tokio::fs::write(broken.join(crate::paths::VOL_DATA_FILE), "{not json")
+            .await
+            .expect("garbage");
+        let good = layout.pod_volume_dir("u1", "pv-good");
+        tokio::fs::create_dir_all(&good).await.expect("dir");
+        let data = BTreeMap::from([
+            (keys::DRIVER_NAME.to_string(), DRIVER.to_string()),
+            (keys::VOLUME_HANDLE.to_string(), "h1".to_string()),
+            (keys::SPEC_VOL_ID.to_string(), "pv-good".to_string()),
+        ]);
+        save_volume_data(&good, &data).await.expect("save");
+        let found = e.plugin.reconstruct("u1").await.expect("reconstructed");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].spec_name, "pv-good");
+        assert_eq!(found[0].volume_handle, "h1");
+        // No mode recorded: persistent, as an older kubelet's volume.
+        assert_eq!(found[0].lifecycle_mode, "Persistent");
+        assert!(!found[0].mounted);
     }
 }

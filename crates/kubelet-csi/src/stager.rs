@@ -170,8 +170,18 @@ impl CsiPlugin {
     /// Unstages the filesystem volume `volume_handle` of `driver` (upstream
     /// `UnmountDevice`), once no pod uses it: `NodeUnstageVolume` when the
     /// driver stages, then the staging directory and `vol_data.json` go.
+    /// Without the device's directory (which [`CsiPlugin::mount_device`]
+    /// creates before staging, and a successful unstage removes) it was
+    /// never staged here, or is unstaged already: nothing to do.
     pub async fn unmount_device(&self, driver: &str, volume_handle: &str) -> Result<()> {
         let staging = self.layout.device_mount_path(driver, volume_handle);
+        let device_dir = staging.parent().unwrap_or(&staging);
+        if let Err(e) = tokio::fs::symlink_metadata(device_dir).await
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            tracing::debug!(driver, volume_handle, dir = %device_dir.display(), "UnmountDevice: the device was never staged on this node");
+            return Ok(());
+        }
         self.unstage(&staging, driver, volume_handle, false)
             .await
             .map_err(|e| e.phase("UnmountDevice", volume_handle))
@@ -248,5 +258,43 @@ async fn remove_if_present(path: &Path, file: bool) -> Result<()> {
             Err(Error::io("failed to remove", path)(e))
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Timeouts;
+    use crate::pb::node_service_capability::rpc::Type as Cap;
+    use crate::testing::Call;
+    use crate::tests::{DRIVER, caps, env};
+
+    #[tokio::test]
+    async fn a_device_never_staged_here_needs_no_unstage_and_no_driver() {
+        let e = env(Timeouts::default());
+        // No driver registered: a call to it would fail.
+        e.plugin
+            .unmount_device(DRIVER, "never-staged")
+            .await
+            .expect("nothing to unstage");
+    }
+
+    #[tokio::test]
+    async fn a_device_with_its_directory_is_unstaged_by_the_driver() {
+        let e = env(Timeouts::default());
+        let d = e.driver(caps(&[Cap::StageUnstageVolume])).await;
+        let staging = e.plugin.layout().device_mount_path(DRIVER, "h1");
+        tokio::fs::create_dir_all(&staging).await.expect("staging");
+        e.plugin
+            .unmount_device(DRIVER, "h1")
+            .await
+            .expect("unstaged");
+        assert!(
+            d.calls()
+                .iter()
+                .any(|c| matches!(c, Call::Unstage(r) if r.volume_id == "h1")),
+            "{:?}",
+            d.calls()
+        );
+        assert!(!staging.exists(), "the staging directory goes");
     }
 }

@@ -6,11 +6,16 @@
 //! An inline `csi:` volume, a claim bound to a PV with `spec.csi` and a
 //! generic ephemeral volume's claim go to [`kubelet_csi::CsiPlugin`].
 //! Operations on one device (driver and volume handle) run one at a time;
-//! operations on other devices never wait for them. The device is unstaged
-//! when the last pod using it has its volume torn down; a failed unstage is
-//! retried by [`CsiVolumes::retry_unstages`]. Volumes found mounted after a
+//! operations on other devices never wait for them. A pod counts as a user of
+//! a persistent device from the moment its set-up starts (it may stage the
+//! device even when publishing then fails), until its volume is torn down.
+//! The device is unstaged when its last user went and no other mount shows
+//! the staging path (upstream's `GetDeviceMountRefs` check); an unstage is
+//! pending from before the driver is called until it succeeded, and
+//! [`CsiVolumes::retry_unstages`] retries it. Volumes found mounted after a
 //! restart are adopted: the pod's first set-up takes the mount as it is,
-//! without calling the driver.
+//! without calling the driver. The node's `status.volumesInUse` lists every
+//! device with a user or a pending unstage.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,7 +23,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use kubelet_csi::paths::{keys, load_volume_data};
-use kubelet_csi::plugin::LIFECYCLE_PERSISTENT;
+use kubelet_csi::plugin::{LIFECYCLE_EPHEMERAL, LIFECYCLE_PERSISTENT};
 use kubelet_csi::{CsiPlugin, CsiVolume, PodVolumeRef};
 use kubelet_volume::plugin::names;
 use kubelet_volume::{MountedVolume, VolumeHost};
@@ -35,11 +40,16 @@ pub struct CsiVolumes {
     plugin: Arc<CsiPlugin>,
     /// One operation per device at a time.
     locks: Mutex<HashMap<Device, Arc<tokio::sync::Mutex<()>>>>,
-    /// Pods with a persistent volume of the device published.
+    /// Pods with a persistent volume of the device set up, or with a set-up
+    /// of it started (it may have staged the device), by spec name.
     users: Mutex<HashMap<Device, BTreeSet<PodVolume>>>,
+    /// The directory of each volume whose set-up was started, by pod UID
+    /// and the pod's name for the volume, until it is torn down.
+    tried: Mutex<HashMap<PodVolume, PathBuf>>,
     /// Volumes found mounted after a restart, not yet claimed by their pod.
     adopted: Mutex<HashSet<PodVolume>>,
-    /// Devices whose unstage failed after their last pod went.
+    /// Devices to unstage: their last user went and the unstage has not
+    /// succeeded yet.
     unstage: Mutex<HashSet<Device>>,
     /// The size each device was last grown to on this node.
     expanded: Mutex<HashMap<Device, i64>>,
@@ -58,6 +68,7 @@ impl CsiVolumes {
             plugin,
             locks: Mutex::default(),
             users: Mutex::default(),
+            tried: Mutex::default(),
             adopted: Mutex::default(),
             unstage: Mutex::default(),
             expanded: Mutex::default(),
@@ -158,7 +169,7 @@ impl CsiVolumes {
         Ok(())
     }
 
-    async fn set_up_csi(
+    pub(super) async fn set_up_csi(
         &self,
         pod: &Pod,
         volume: &Volume,
@@ -169,6 +180,19 @@ impl CsiVolumes {
         let device = (facts.driver.clone(), facts.volume_handle.clone());
         let key = (uid.clone(), facts.spec_name.clone());
         let persistent = facts.lifecycle_mode == LIFECYCLE_PERSISTENT;
+        // A user from now on: a failed set-up may have staged the device,
+        // and the device is in use while it may be.
+        if persistent {
+            self.users
+                .lock()
+                .entry(device.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.tried.lock().insert(
+            (uid.clone(), volume.name.clone()),
+            self.plugin.layout().pod_volume_dir(&uid, &facts.spec_name),
+        );
         let republish = self
             .plugin
             .requires_republish(&facts.driver)
@@ -211,11 +235,7 @@ impl CsiVolumes {
             },
         );
         if persistent {
-            self.users
-                .lock()
-                .entry(device.clone())
-                .or_default()
-                .insert(key);
+            // Set up again (staged if it was pending unstage): in use.
             self.unstage.lock().remove(&device);
         }
         Ok(MountedVolume {
@@ -246,42 +266,111 @@ impl CsiVolumes {
                 dir.display()
             )));
         };
-        let data = match load_volume_data(dir).await {
-            Ok(d) => d,
-            Err(e) => return self.remove_unpublished(dir, e).await,
+        let key = (uid.clone(), spec_name.clone());
+        let data = load_volume_data(dir).await;
+        let (device, data) = match data {
+            Ok(d) => {
+                let get = |k: &str| d.get(k).cloned().unwrap_or_default();
+                ((get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE)), Ok(()))
+            }
+            // A set-up that failed before it published: no volume data,
+            // but the device it was for is known.
+            Err(e) => match self.device_of(&key) {
+                Some(device) => (device, Err(e)),
+                None => return self.remove_unpublished(dir, e).await,
+            },
         };
-        let get = |k: &str| data.get(k).cloned().unwrap_or_default();
-        let device = (get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE));
         let lock = self.lock(&device);
         let _held = lock.lock().await;
-        let torn = self
-            .plugin
-            .tear_down(&uid, &spec_name)
-            .await
-            .map_err(plugin_error)?;
-        self.adopted
-            .lock()
-            .remove(&(uid.clone(), spec_name.clone()));
+        let ephemeral = match data {
+            Ok(()) => {
+                let torn = self
+                    .plugin
+                    .tear_down(&uid, &spec_name)
+                    .await
+                    .map_err(plugin_error)?;
+                // Without a mode the volume is persistent (older kubelets).
+                torn.lifecycle_mode == LIFECYCLE_EPHEMERAL
+            }
+            Err(e) => {
+                self.remove_unpublished(dir, e).await?;
+                false
+            }
+        };
+        self.adopted.lock().remove(&key);
+        self.tried.lock().retain(|_, d| d != dir);
         self.plugin.forget_pod_volume(&uid, &spec_name);
-        if torn.lifecycle_mode != LIFECYCLE_PERSISTENT {
+        if ephemeral {
             return Ok(());
         }
         let last = {
             let mut users = self.users.lock();
             let set = users.entry(device.clone()).or_default();
-            set.remove(&(uid, spec_name));
+            set.remove(&key);
             let last = set.is_empty();
             if last {
                 users.remove(&device);
             }
             last
         };
-        if last && let Err(e) = self.plugin.unmount_device(&device.0, &device.1).await {
-            // The pod's volume is gone; the device is unstaged later.
-            warn!(driver = %device.0, volume_handle = %device.1, error = %e, "UnmountDevice failed; will retry");
-            self.unstage.lock().insert(device);
+        if last {
+            // Pending until it succeeded: a failed or cut-short unstage is
+            // retried.
+            self.unstage.lock().insert(device.clone());
+            self.unstage_device(&device).await;
         }
         Ok(())
+    }
+
+    /// The device pod volume `key` (pod UID, spec name) uses or tried to.
+    fn device_of(&self, key: &PodVolume) -> Option<Device> {
+        self.users
+            .lock()
+            .iter()
+            .find(|(_, users)| users.contains(key))
+            .map(|(device, _)| device.clone())
+    }
+
+    /// The directory of the volume `name` of pod `uid` whose set-up was
+    /// started and not torn down: a failed set-up may have left state
+    /// (a staged device, a directory) that its tear-down undoes.
+    pub fn set_up_dir(&self, uid: &str, name: &str) -> Option<PathBuf> {
+        self.tried
+            .lock()
+            .get(&(uid.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The outer deadline of one set-up or tear-down: longer than the sum
+    /// of the plugin's own deadlines, so these end an operation first.
+    pub fn operation_timeout(&self) -> std::time::Duration {
+        self.plugin.timeouts().outer_bound()
+    }
+
+    /// Unstages `device`, pending in `unstage`, with its lock held: refused
+    /// while another mount still shows its staging path (upstream
+    /// `GetDeviceMountRefs` check), removed from `unstage` on success.
+    async fn unstage_device(&self, device: &Device) {
+        let staging = self.plugin.layout().device_mount_path(&device.0, &device.1);
+        match staging_refs(&staging).await {
+            Ok(refs) if refs.is_empty() => {}
+            Ok(refs) => {
+                warn!(driver = %device.0, volume_handle = %device.1, refs = refs.len(), error = %format!("the device mount path {:?} is still mounted by other references {refs:?}", staging.display().to_string()), "UnmountDevice refused: GetDeviceMountRefs check failed; will retry");
+                return;
+            }
+            Err(e) => {
+                warn!(driver = %device.0, volume_handle = %device.1, error = %e, "UnmountDevice refused: GetDeviceMountRefs check failed; will retry");
+                return;
+            }
+        }
+        match self.plugin.unmount_device(&device.0, &device.1).await {
+            Ok(()) => {
+                self.unstage.lock().remove(device);
+            }
+            Err(e) => {
+                warn!(driver = %device.0, volume_handle = %device.1, error = %e, "UnmountDevice failed; will retry");
+            }
+        }
     }
 
     /// A CSI directory without readable volume data: nothing was published
@@ -312,14 +401,7 @@ impl CsiVolumes {
                 self.unstage.lock().remove(&device);
                 continue;
             }
-            match self.plugin.unmount_device(&device.0, &device.1).await {
-                Ok(()) => {
-                    self.unstage.lock().remove(&device);
-                }
-                Err(e) => {
-                    warn!(driver = %device.0, volume_handle = %device.1, error = %e, "UnmountDevice failed; will retry");
-                }
-            }
+            self.unstage_device(&device).await;
         }
     }
 
@@ -350,24 +432,32 @@ impl CsiVolumes {
         }
     }
 
-    /// The persistent devices pods use (published, staged, or found so
-    /// after a restart), by upstream's unique volume name
-    /// (`kubernetes.io/csi/<driver>^<handle>`), sorted.
+    /// The persistent devices in use (upstream `GetVolumesInUse`), by
+    /// upstream's unique volume name (`kubernetes.io/csi/<driver>^<handle>`),
+    /// sorted: those with a user (set up, being set up, failed while
+    /// perhaps staged, or found so after a restart) and those pending
+    /// unstage.
     pub fn volumes_in_use(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .users
-            .lock()
-            .keys()
+        let mut devices: BTreeSet<Device> = self.users.lock().keys().cloned().collect();
+        devices.extend(self.unstage.lock().iter().cloned());
+        let names: BTreeSet<String> = devices
+            .iter()
             .map(|(driver, handle)| kubelet_csi::pod_volumes::unique_volume_name(driver, handle))
             .collect();
-        names.sort();
-        names
+        names.into_iter().collect()
     }
+}
 
-    /// The CSI volumes published for pods, as `(pod uid, spec name)`.
-    pub fn published(&self) -> Vec<PodVolume> {
-        self.users.lock().values().flatten().cloned().collect()
-    }
+/// The other mount points showing the staging path `staging`, but those of
+/// the device's own directory, read off the async runtime.
+async fn staging_refs(staging: &Path) -> Result<Vec<PathBuf>, kubelet_volume::Error> {
+    let staging = staging.to_path_buf();
+    let own = staging.parent().map(Path::to_path_buf).unwrap_or_default();
+    let refs =
+        tokio::task::spawn_blocking(move || kubelet_volume::mount::mount_refs_blocking(&staging))
+            .await
+            .map_err(|e| kubelet_volume::Error::Invalid(format!("GetDeviceMountRefs: {e}")))??;
+    Ok(refs.into_iter().filter(|r| !r.starts_with(&own)).collect())
 }
 
 /// The directory the volume manager keeps for a set-up volume: for CSI,

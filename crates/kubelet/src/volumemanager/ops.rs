@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use kubelet_volume::plugin::names;
@@ -23,6 +24,9 @@ pub struct OnDisk {
     /// Its directory.
     pub dir: PathBuf,
 }
+
+/// The deadline on one operation of a plugin that bounds its own API calls.
+pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Setting up and tearing down volumes.
 #[async_trait::async_trait]
@@ -54,6 +58,27 @@ pub trait VolumeOps: Send + Sync + 'static {
     /// Removes a pod's directory once nothing is mounted under it and its
     /// subPath mounts are gone (upstream `cleanupOrphanedPodDirs`).
     async fn remove_pod_dir(&self, dir: &Path) -> Result<(), kubelet_volume::Error>;
+    /// The outer deadline on one set-up of `volume`.
+    fn set_up_timeout(&self, _volume: &Volume) -> Duration {
+        OPERATION_TIMEOUT
+    }
+    /// The outer deadline on one tear-down of `dir` by `plugin`.
+    fn tear_down_timeout(&self, _plugin: &str, _dir: &Path) -> Duration {
+        OPERATION_TIMEOUT
+    }
+    /// The directory of volume `name` of pod `uid` whose set-up failed
+    /// after it may have changed the node (staged a device, written a
+    /// directory): the volume is torn down through it when the pod goes.
+    fn set_up_dir(&self, _uid: &str, _name: &str) -> Option<PathBuf> {
+        None
+    }
+}
+
+/// Whether `dir` is a CSI volume directory (`.../kubernetes.io~csi/<name>`).
+fn is_csi_dir(dir: &Path) -> bool {
+    dir.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == names::CSI)
 }
 
 /// The plugin of a volume found on disk only as `volume-subpaths/<name>`
@@ -123,7 +148,8 @@ impl VolumeOps for KubeletVolumeOps {
     }
 
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
-        if plugin == names::CSI
+        // A claim whose set-up failed is known by its directory only.
+        if (plugin == names::CSI || is_csi_dir(dir))
             && let Some(csi) = &self.csi
         {
             return csi.tear_down(dir).await;
@@ -157,6 +183,33 @@ impl VolumeOps for KubeletVolumeOps {
             }
         }
         found
+    }
+
+    fn set_up_timeout(&self, volume: &Volume) -> Duration {
+        match &self.csi {
+            // Possibly CSI: the CSI plugin's own deadlines are longer.
+            Some(csi)
+                if volume.csi.is_some()
+                    || volume.persistent_volume_claim.is_some()
+                    || volume.ephemeral.is_some() =>
+            {
+                csi.operation_timeout().max(OPERATION_TIMEOUT)
+            }
+            _ => OPERATION_TIMEOUT,
+        }
+    }
+
+    fn tear_down_timeout(&self, plugin: &str, dir: &Path) -> Duration {
+        match &self.csi {
+            Some(csi) if plugin == names::CSI || is_csi_dir(dir) => {
+                csi.operation_timeout().max(OPERATION_TIMEOUT)
+            }
+            _ => OPERATION_TIMEOUT,
+        }
+    }
+
+    fn set_up_dir(&self, uid: &str, name: &str) -> Option<PathBuf> {
+        self.csi.as_ref()?.set_up_dir(uid, name)
     }
 
     async fn list_pod_dirs(&self, pods_dir: &Path) -> Result<Vec<String>, kubelet_volume::Error> {

@@ -21,7 +21,7 @@ use kubelet_types::events::{EventType, pod_ref};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::ops::SUBPATHS_ONLY;
+use super::ops::{OPERATION_TIMEOUT, SUBPATHS_ONLY};
 use super::{INITIAL_BACKOFF, Inner, MAX_BACKOFF, PodEntry, VolumeState};
 
 /// Upstream `reconcilerLoopSleepPeriod`.
@@ -31,8 +31,6 @@ const LOOP_PERIOD: Duration = Duration::from_millis(100);
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// A deadline on listing the pod directories.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
-/// A deadline on each operation (the plugins bound their own API calls).
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Adds the volume directories found on disk to the actual state, as
 /// volumes of pods nobody wants yet.
@@ -296,11 +294,9 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
             }
         }
     };
-    let result = tokio::time::timeout(
-        OPERATION_TIMEOUT,
-        inner.ops.set_up(&pod, &volume, &inner.pods_dir),
-    )
-    .await;
+    let deadline = inner.ops.set_up_timeout(&volume);
+    let result =
+        tokio::time::timeout(deadline, inner.ops.set_up(&pod, &volume, &inner.pods_dir)).await;
     match result {
         Ok(Ok(mounted)) => {
             debug!(path = %mounted.host_path.display(), "MountVolume.SetUp succeeded");
@@ -334,7 +330,7 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
             &pod,
             uid,
             name,
-            Failure::SetUp(format!("timed out after {OPERATION_TIMEOUT:?}")),
+            Failure::SetUp(format!("timed out after {deadline:?}")),
         ),
     }
 }
@@ -359,6 +355,9 @@ fn failed(
         Failure::Phased(message) => message,
     };
     warn!(error = %message, "MountVolume failed");
+    // What the failed set-up may have left (a staged device) is undone by
+    // the volume's tear-down once the pod goes.
+    let dir = inner.ops.set_up_dir(uid, name);
     inner.recorder.event(
         &pod_ref(pod, None),
         EventType::Warning,
@@ -366,6 +365,9 @@ fn failed(
         message,
     );
     finish(inner, uid, name, |v| {
+        if v.on_disk.is_none() {
+            v.on_disk = dir;
+        }
         v.backoff = if v.backoff.is_zero() {
             INITIAL_BACKOFF
         } else {
@@ -389,10 +391,12 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
         // A claim's plugin is known once it is set up (its bound PV's).
         (v.mounted.as_ref().map_or(v.plugin, |m| m.plugin), dir)
     };
-    let timed_out = |_| {
-        Err(kubelet_volume::Error::Invalid(format!(
-            "timed out after {OPERATION_TIMEOUT:?}"
-        )))
+    let timed_out = |deadline: Duration| {
+        move |_| {
+            Err(kubelet_volume::Error::Invalid(format!(
+                "timed out after {deadline:?}"
+            )))
+        }
     };
     // Upstream `UnmountVolume`: the volume's subPath mounts go first; while
     // they cannot, the volume is not torn down (its directory, or the pod's,
@@ -402,7 +406,7 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
         inner.ops.clean_subpaths(&inner.pods_dir, uid, name),
     )
     .await
-    .unwrap_or_else(timed_out)
+    .unwrap_or_else(timed_out(OPERATION_TIMEOUT))
     .map_err(|e| {
         kubelet_volume::Error::Invalid(format!(
             "error cleaning subPath mounts for volume {name:?} pod {uid:?}: {e}"
@@ -419,9 +423,10 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
                 && plugin != SUBPATHS_ONLY
                 && d.starts_with(&own_dir) =>
         {
-            tokio::time::timeout(OPERATION_TIMEOUT, inner.ops.tear_down(plugin, d))
+            let deadline = inner.ops.tear_down_timeout(plugin, d);
+            tokio::time::timeout(deadline, inner.ops.tear_down(plugin, d))
                 .await
-                .unwrap_or_else(timed_out)
+                .unwrap_or_else(timed_out(deadline))
         }
         (Ok(()), _) => Ok(()),
     };

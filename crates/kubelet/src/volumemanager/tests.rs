@@ -39,6 +39,10 @@ struct FakeOps {
     failing_csi: Mutex<HashSet<String>>,
     /// Each tear-down's plugin and directory.
     torn: Mutex<Vec<(String, PathBuf)>>,
+    /// What a failed set-up may have left, by the pod's volume name.
+    set_up_dirs: Mutex<std::collections::HashMap<String, PathBuf>>,
+    /// The outer deadline of set-ups, when not the default.
+    set_up_timeout: Mutex<Option<Duration>>,
 }
 
 impl FakeOps {
@@ -110,6 +114,14 @@ impl VolumeOps for FakeOps {
             read_only: false,
             refresh: volume.config_map.is_some(),
         })
+    }
+    fn set_up_timeout(&self, _volume: &Volume) -> Duration {
+        self.set_up_timeout
+            .lock()
+            .unwrap_or(super::ops::OPERATION_TIMEOUT)
+    }
+    fn set_up_dir(&self, _uid: &str, name: &str) -> Option<PathBuf> {
+        self.set_up_dirs.lock().get(name).cloned()
     }
     async fn tear_down(&self, plugin: &str, dir: &Path) -> Result<(), kubelet_volume::Error> {
         self.torn
@@ -524,4 +536,5 @@ async fn a_volume_whose_subpaths_cannot_be_cleaned_stays_set_up_and_is_retried()
 
 #[cfg(test)]
 mod csi;
+mod csi_volumes;
 mod restart;
