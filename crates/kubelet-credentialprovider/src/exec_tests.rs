@@ -188,3 +188,101 @@ async fn a_hanging_plugin_is_killed_at_its_deadline() {
         [("hang".to_string(), false), ("hang".to_string(), true)]
     );
 }
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn the_deadline_kills_what_the_plugin_started_too() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pidfile = dir.path().join("pid");
+    let mut plugin = script(
+        dir.path(),
+        "forks",
+        &format!(
+            "sleep 600 >/dev/null 2>&1 &\necho $! > {}\nwait",
+            pidfile.display()
+        ),
+    );
+    plugin.timeout = Duration::from_millis(500);
+    let e = plugin
+        .exec_plugin("reg.io/app", "", &BTreeMap::new())
+        .await
+        .expect_err("deadline");
+    assert!(e.to_string().contains("context deadline exceeded"), "{e}");
+    let pid = std::fs::read_to_string(&pidfile).expect("pid");
+    let pid = pid.trim();
+    assert!(!pid.is_empty());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !gone(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plugin's child {pid} outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn output_past_the_cap_is_an_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let none = BTreeMap::new();
+    let chatty = script(dir.path(), "chatty", "head -c 2000000 /dev/zero");
+    let e = chatty
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("stdout cap");
+    assert!(
+        e.to_string()
+            .contains("the plugin's stdout exceeded 1048576 bytes"),
+        "{e}"
+    );
+    let noisy = script(dir.path(), "noisy", "head -c 2000000 /dev/zero >&2");
+    let e = noisy
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("stderr cap");
+    assert!(
+        e.to_string()
+            .contains("the plugin's stderr exceeded 1048576 bytes"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn stderr_in_an_error_is_truncated_and_dropped_in_token_mode() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let long = script(
+        dir.path(),
+        "long",
+        "head -c 10000 /dev/zero | tr '\\0' x >&2; exit 1",
+    );
+    let e = long
+        .exec_plugin("reg.io/app", "", &BTreeMap::new())
+        .await
+        .expect_err("exit");
+    let Error::Exec { stderr, .. } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(
+        stderr,
+        &format!("{}... (truncated)", "x".repeat(STDERR_IN_ERROR))
+    );
+    let echoes = script(dir.path(), "echoes", "cat >&2; exit 1");
+    let e = echoes
+        .exec_plugin("reg.io/app", "secret-token", &BTreeMap::new())
+        .await
+        .expect_err("exit");
+    assert_eq!(
+        e.to_string(),
+        "error execing credential provider plugin echoes for image reg.io/app: exit status 1: "
+    );
+    assert!(!format!("{e:?}").contains("secret-token"));
+}
