@@ -8,7 +8,9 @@
 //! upstream's resource allocator admits before the resource predicate); a
 //! kubelet restart keeps both pods running with the same devices, even
 //! before the plugin registers again, and hands no device out twice; the
-//! plugin going away makes allocatable 0.
+//! plugin going away makes allocatable 0. A pod whose two containers ask
+//! for one device each keeps both while it is admitted (upstream
+//! `pendingAdmissionPod`), so the node has none left for another pod.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -103,6 +105,11 @@ pub async fn wait_node_resource(j: &Joined, want: (Option<&str>, Option<&str>)) 
 
 /// The log of the pod's `main` container (first instance), raw CRI lines.
 pub fn log(j: &Joined, name: &str) -> String {
+    container_log(j, name, "main")
+}
+
+/// The log of one container of the pod (first instance), raw CRI lines.
+pub fn container_log(j: &Joined, name: &str, container: &str) -> String {
     let Some(uid) = j
         .api_pod(name)
         .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string))
@@ -111,7 +118,8 @@ pub fn log(j: &Joined, name: &str) -> String {
     };
     let path = PathBuf::from("/var/log/pods")
         .join(format!("default_{}_{uid}", j.pod_name(name)))
-        .join("main/0.log");
+        .join(container)
+        .join("0.log");
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
@@ -134,6 +142,25 @@ pub async fn wait_device(j: &Joined, name: &str) -> String {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{name}: no device in its output: {l}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits for the container to print its devices; returns them.
+async fn wait_container_devices(j: &Joined, name: &str, container: &str) -> String {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let l = container_log(j, name, container);
+        if let Some(ids) = l
+            .lines()
+            .find_map(|line| line.split("stub devices: ").nth(1))
+        {
+            return ids.trim().to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}/{container}: no device in its output: {l}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -324,6 +351,44 @@ async fn a_device_plugin_registers_through_the_plugin_watcher() {
     let id = wait_device(&j, "dev-w").await;
     assert!(["dev-1", "dev-2"].contains(&id.as_str()), "{id}");
     server.abort();
+    plugin.stop().await;
+    j.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_keeps_every_containers_device_while_it_is_admitted() {
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.node_status_update_frequency = Some("1s".into());
+    })
+    .await;
+    let root = j.node.root_dir();
+    let plugin = start_stub(&root).await;
+    wait_node_resource(&j, (Some("2"), Some("2"))).await;
+    let c = |name: &str| {
+        json!({"name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", "echo \"stub devices: $STUB_DEVICES\"; sleep 3600"],
+            "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}}})
+    };
+    j.create_pod(
+        "dev-two",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [c("one"), c("two")]}),
+    )
+    .await;
+    j.wait_api("dev-two", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let one = wait_container_devices(&j, "dev-two", "one").await;
+    let two = wait_container_devices(&j, "dev-two", "two").await;
+    let mut both = vec![one, two];
+    both.sort();
+    assert_eq!(
+        both,
+        ["dev-1", "dev-2"],
+        "each container has its own device"
+    );
+    // Both devices stay the pod's: another pod is refused.
+    j.create_pod("dev-other", device_pod()).await;
+    expect_rejected(&j, "dev-other").await;
+    assert_eq!(plugin.calls().allocate.len(), 2, "{:?}", plugin.calls());
     plugin.stop().await;
     j.cleanup().await;
 }
