@@ -85,7 +85,6 @@ pub struct CredentialProviderResponse {
 
 /// One location's credentials.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// User name.
     #[serde(default)]
@@ -95,8 +94,10 @@ pub struct AuthConfig {
     pub password: String,
 }
 
+/// A response as a plugin writes it; fields this kubelet does not know are
+/// ignored, as upstream's (non-strict) decoder ignores them.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 struct WireResponse {
     #[serde(default)]
     #[allow(dead_code)]
@@ -126,8 +127,9 @@ pub fn interpret(data: &[u8]) -> Result<(String, String), String> {
     Ok((t.api_version, t.kind))
 }
 
-/// Decodes a response strictly; `None` when it is no valid response (the
-/// reason is not given: the document may hold credentials).
+/// Decodes a response as upstream's decoder does (unknown fields ignored,
+/// known ones typed); `None` when it is no valid response (the reason is
+/// not given: the document may hold credentials).
 pub fn decode_response(data: &[u8]) -> Option<CredentialProviderResponse> {
     let w: WireResponse = serde_json::from_slice(data).ok()?;
     if w.kind != RESPONSE_KIND {

@@ -120,10 +120,26 @@ async fn wrong_answers_are_rejected_with_upstream_s_words() {
             RESPONSE.replace("\"auth\"", "\"secret\":1,\"auth\"")
         ),
     );
-    let e = extra
+    // Unknown fields are ignored, as upstream's decoder ignores them.
+    let r = extra
         .exec_plugin("reg.io/app", "", &none)
         .await
-        .expect_err("strict");
+        .expect("unknown fields ignored");
+    assert_eq!(r.cache_key_type, Ok(CacheKeyType::Registry));
+    assert_eq!(r.auth["reg.io"].password, "p");
+    // A known field of the wrong type is no response.
+    let mistyped = script(
+        dir.path(),
+        "mistyped",
+        &format!(
+            "echo '{}'",
+            RESPONSE.replace("\"cacheKeyType\":\"Registry\"", "\"cacheKeyType\":1")
+        ),
+    );
+    let e = mistyped
+        .exec_plugin("reg.io/app", "", &none)
+        .await
+        .expect_err("mistyped");
     assert_eq!(
         e.to_string(),
         "error decoding credential provider plugin response from stdout"
