@@ -3,7 +3,9 @@
 //! image, then registry, then global key) or a run of the plugin, one run
 //! for concurrent asks of the same image (single flight), cached by the
 //! response's `cacheKeyType` for its `cacheDuration`, the provider's
-//! `defaultCacheDuration` when it names none, not at all for 0.
+//! `defaultCacheDuration` when it names none, not at all for 0. In token
+//! mode an answer whose password is the token sent is refused unless the
+//! provider caches by token.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -137,6 +139,20 @@ impl PluginProvider {
                 return DockerConfig::new();
             }
         };
+        // Only an answer cached per token may be the token itself (upstream
+        // refuses an echoed token otherwise).
+        let token_answers_allowed = self
+            .service_account
+            .as_ref()
+            .is_some_and(ServiceAccountMode::caches_by_token);
+        if !grant.token.is_empty()
+            && !token_answers_allowed
+            && response.auth.values().any(|a| a.password == grant.token)
+        {
+            error!(provider = %self.name,
+                "Credential provider plugin returned the service account token as the password for image {image:?}, which is not allowed when service account cache type is not set to 'Token'");
+            return DockerConfig::new();
+        }
         let base = match &response.cache_key_type {
             Ok(CacheKeyType::Image) => image,
             Ok(CacheKeyType::Registry) => parse_registry(image),

@@ -19,6 +19,8 @@ struct FakePlugin {
     runs: AtomicUsize,
     delay: Option<Duration>,
     fail: bool,
+    /// Answer with the token sent as the password.
+    echo_token: bool,
     sent: Mutex<Vec<Sent>>,
 }
 
@@ -47,7 +49,11 @@ impl Plugin for FakePlugin {
                 parse_registry(image).to_string(),
                 AuthConfig {
                     username: format!("user{n}"),
-                    password: "pw".into(),
+                    password: if self.echo_token {
+                        token.into()
+                    } else {
+                        "pw".into()
+                    },
                 },
             )]),
         })
@@ -429,4 +435,32 @@ async fn a_token_source_that_hangs_gives_no_credentials_after_its_deadline() {
         crate::serviceaccount::TOKEN_SOURCE_DEADLINE
     );
     assert_eq!(plugin.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_token_echoed_as_the_password_is_refused_unless_cached_by_token() {
+    let plugin = Arc::new(FakePlugin {
+        key_type: Some(CacheKeyType::Registry),
+        echo_token: true,
+        ..Default::default()
+    });
+    let p = token_provider(plugin.clone(), true, Some(Arc::new(FakeTokens)));
+    assert!(
+        p.provide("a.registry.io/x", &pod("builder", "p1"))
+            .await
+            .is_empty()
+    );
+    assert_eq!(plugin.runs.load(Ordering::SeqCst), 1);
+    let attrs = TokenAttributes {
+        service_account_token_audience: "registry.io".into(),
+        cache_type: "Token".into(),
+        ..Default::default()
+    };
+    let mode = ServiceAccountMode::new(Some(&attrs), true, Some(Arc::new(FakeTokens)));
+    let p = PluginProvider::new("sa", vec!["*.registry.io".into()], MIN, plugin, mode);
+    let got = p.provide("a.registry.io/x", &pod("builder", "p1")).await;
+    assert_eq!(
+        got.values().next().map(|e| e.password.as_str()),
+        Some("registry.io:ns/builder:p1")
+    );
 }

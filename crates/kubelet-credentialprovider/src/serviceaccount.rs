@@ -126,6 +126,12 @@ impl ServiceAccountMode {
         self.attrs.require_service_account.unwrap_or(false)
     }
 
+    /// Whether answers are cached per token (`cacheType: Token`), the only
+    /// mode in which a plugin may answer with the token as the password.
+    pub fn caches_by_token(&self) -> bool {
+        self.attrs.cache_type == "Token"
+    }
+
     /// Whether the kubelet can supply tokens.
     pub fn has_token_source(&self) -> bool {
         self.tokens.is_some()
@@ -178,7 +184,7 @@ impl ServiceAccountMode {
         cache_parts.extend(annotation_parts.clone());
         // The `Token` cache type keeps an answer only for the token it was
         // given; `ServiceAccount` for the service account as a whole.
-        if self.attrs.cache_type == "Token" {
+        if self.caches_by_token() {
             cache_parts.push(&token_hash);
         }
         let cache_key = key_of(cache_parts);
