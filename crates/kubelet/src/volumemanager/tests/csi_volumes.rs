@@ -114,11 +114,14 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plugin = Arc::new(CsiPlugin::new(
-        Arc::new(StubHost),
-        dir.path(),
-        Timeouts::default(),
-    ));
+    // Short deadlines: a driver call in these tests never gets an answer.
+    let timeouts = Timeouts {
+        probe: Duration::from_secs(1),
+        dial: Duration::from_secs(1),
+        operation: Duration::from_secs(1),
+        ..Timeouts::default()
+    };
+    let plugin = Arc::new(CsiPlugin::new(Arc::new(StubHost), dir.path(), timeouts));
     Env {
         _dir: dir,
         csi: CsiVolumes::new(plugin.clone()),
@@ -201,6 +204,17 @@ async fn an_unstage_that_failed_stays_pending_and_in_use_until_a_retry_succeeds(
     assert!(e.csi.volumes_in_use().is_empty());
 }
 
+/// Unmounts its paths, in order, when dropped (a failed assertion too).
+struct Unmount(Vec<std::path::PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = kubelet_volume::mount::unmount_blocking(p);
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_device_whose_staging_path_is_still_mounted_elsewhere_is_not_unstaged() {
     if !nix::unistd::geteuid().is_root() {
@@ -214,12 +228,23 @@ async fn a_device_whose_staging_path_is_still_mounted_elsewhere_is_not_unstaged(
     for d in [&staging, &other] {
         tokio::fs::create_dir_all(d).await.expect("dir");
     }
+    let _unmount = Unmount(vec![other.clone(), staging.clone()]);
     kubelet_volume::mount::mount_tmpfs(&staging, None, 0o755)
         .await
         .expect("tmpfs");
     kubelet_volume::mount::bind_mount(&staging, &other, false)
         .await
         .expect("bind");
+    // A driver that registers every connection (and never answers).
+    let socket = e._dir.path().join("driver.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    e.plugin.drivers().set(
+        DRIVER,
+        kubelet_csi::drivers::Driver {
+            endpoint: socket,
+            highest_supported_version: kubelet_csi::drivers::Version(1, 0, 0),
+        },
+    );
     let dir = e.csi.set_up_dir("u1", "data").expect("dir");
     e.csi
         .tear_down(&dir)
@@ -227,15 +252,58 @@ async fn a_device_whose_staging_path_is_still_mounted_elsewhere_is_not_unstaged(
         .expect("the pod's volume is gone");
     // Refused before the driver is asked: still staged, still in use.
     assert_eq!(e.csi.volumes_in_use(), in_use("h3"));
+    let asked = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+    assert!(
+        asked.is_err(),
+        "the driver was called for NodeUnstageVolume"
+    );
     assert!(
         kubelet_volume::mount::is_mount_point(&staging)
             .await
             .expect("mountinfo")
     );
-    kubelet_volume::mount::unmount(&other)
+}
+
+#[tokio::test]
+async fn a_volume_without_a_lifecycle_mode_is_persistent_and_its_device_unstaged() {
+    use kubelet_test_util::csi_driver::{CsiDriver, DriverConfig};
+    let e = env();
+    let data = e._dir.path().join("driver-data");
+    let socket = e._dir.path().join("driver.sock");
+    let driver = CsiDriver::start(DriverConfig::new(DRIVER, "node-1", &data), &socket, None)
         .await
-        .expect("unmount other");
-    kubelet_volume::mount::unmount(&staging)
+        .expect("driver");
+    e.plugin.drivers().set(
+        DRIVER,
+        kubelet_csi::drivers::Driver {
+            endpoint: socket,
+            highest_supported_version: kubelet_csi::drivers::Version(1, 0, 0),
+        },
+    );
+    tokio::fs::create_dir_all(driver.volume_path("h4"))
         .await
-        .expect("unmount staging");
+        .expect("the driver's volume");
+    // Written by an older kubelet: no `volumeLifecycleMode`.
+    let dir = e.plugin.layout().pod_volume_dir("u1", "pv-1");
+    tokio::fs::create_dir_all(dir.join("mount"))
+        .await
+        .expect("target");
+    let data = BTreeMap::from([
+        ("driverName".to_string(), DRIVER.to_string()),
+        ("volumeHandle".to_string(), "h4".to_string()),
+        ("specVolID".to_string(), "pv-1".to_string()),
+    ]);
+    kubelet_csi::paths::save_volume_data(&dir, &data)
+        .await
+        .expect("vol_data.json");
+    let staging = e.plugin.layout().device_mount_path(DRIVER, "h4");
+    tokio::fs::create_dir_all(&staging).await.expect("staging");
+    e.csi.tear_down(&dir).await.expect("torn down");
+    assert_eq!(driver.calls_of("NodeUnpublishVolume").len(), 1);
+    assert_eq!(
+        driver.calls_of("NodeUnstageVolume").len(),
+        1,
+        "unstaged as a persistent volume's device: {:?}",
+        driver.calls()
+    );
 }
