@@ -248,4 +248,53 @@ mod tests {
         assert_eq!(found[0].lifecycle_mode, "Persistent");
         assert!(!found[0].mounted);
     }
+
+    /// Unmounts its paths, in order, when dropped (a failed assertion too).
+    struct Unmount(Vec<std::path::PathBuf>);
+
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = kubelet_volume::mount::unmount_blocking(p);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mounted_volume_without_readable_data_is_its_staged_device_in_use() {
+        let e = env(Timeouts::default());
+        let layout = e.plugin.layout();
+        let staging = layout.device_mount_path(DRIVER, "h2");
+        let device_dir = staging.parent().expect("device dir").to_path_buf();
+        let dir = layout.pod_volume_dir("u1", "pv-2");
+        let target = dir.join("mount");
+        for d in [&staging, &target] {
+            tokio::fs::create_dir_all(d).await.expect("dir");
+        }
+        let data = BTreeMap::from([
+            (keys::DRIVER_NAME.to_string(), DRIVER.to_string()),
+            (keys::VOLUME_HANDLE.to_string(), "h2".to_string()),
+        ]);
+        save_volume_data(&device_dir, &data).await.expect("save");
+        let _unmount = Unmount(vec![target.clone(), staging.clone()]);
+        if kubelet_volume::mount::mount_tmpfs(&staging, None, 0o755)
+            .await
+            .is_err()
+        {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        kubelet_volume::mount::bind_mount(&staging, &target, false)
+            .await
+            .expect("bind");
+        tokio::fs::write(dir.join(crate::paths::VOL_DATA_FILE), "{not json")
+            .await
+            .expect("garbage");
+        let found = e.plugin.reconstruct("u1").await.expect("reconstructed");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].driver, DRIVER);
+        assert_eq!(found[0].volume_handle, "h2");
+        assert_eq!(found[0].lifecycle_mode, "Persistent");
+        assert!(found[0].mounted);
+    }
 }

@@ -448,17 +448,28 @@ impl CsiVolumes {
     }
 }
 
-/// The other mount points showing the staging path `staging`, but those of
-/// the device's own directory, read off the async runtime.
+/// The other mount points showing the staging path `staging`, read off
+/// the async runtime, but those that are this staging path seen elsewhere
+/// (upstream `HasMountRefs`: a ref containing the path from
+/// `/plugins/kubernetes.io/` on is the kubelet's own).
 async fn staging_refs(staging: &Path) -> Result<Vec<PathBuf>, kubelet_volume::Error> {
     let staging = staging.to_path_buf();
-    let own = staging.parent().map(Path::to_path_buf).unwrap_or_default();
+    let whole = staging.to_string_lossy().into_owned();
+    let own = whole
+        .find(PLUGIN_PATH_PREFIX)
+        .map_or(whole.clone(), |i| whole[i..].to_string());
     let refs =
         tokio::task::spawn_blocking(move || kubelet_volume::mount::mount_refs_blocking(&staging))
             .await
             .map_err(|e| kubelet_volume::Error::Invalid(format!("GetDeviceMountRefs: {e}")))??;
-    Ok(refs.into_iter().filter(|r| !r.starts_with(&own)).collect())
+    Ok(refs
+        .into_iter()
+        .filter(|r| !r.to_string_lossy().contains(&own))
+        .collect())
 }
+
+/// Where upstream's plugin paths start (`kubernetesPluginPathPrefix`).
+const PLUGIN_PATH_PREFIX: &str = "/plugins/kubernetes.io/";
 
 /// The directory the volume manager keeps for a set-up volume: for CSI,
 /// the directory holding `vol_data.json` and the `mount` target.
