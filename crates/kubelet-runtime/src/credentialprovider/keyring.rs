@@ -210,7 +210,10 @@ pub fn schemeless_url_error(location: &str) -> Option<String> {
     if SchemelessUrl::parse(&url).is_some() {
         return None;
     }
-    let rest = url["https://".len()..].split(['?', '#']).next().unwrap_or("");
+    let rest = url["https://".len()..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("");
     let authority = rest.split('/').next().unwrap_or("");
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let why = match host.chars().find(|c| {
