@@ -143,7 +143,9 @@ impl NodeStatusManager {
                 version,
                 kubelet_types::KUBERNETES_VERSION,
             )),
-            volumes_in_use: self.volumes.volumes_in_use(),
+            // An empty list is left out, as upstream's `omitempty`
+            // (`try_update_node_status` clears a list the server holds).
+            volumes_in_use: self.volumes.volumes_in_use().filter(|v| !v.is_empty()),
             ..Default::default()
         }
     }
@@ -348,7 +350,18 @@ impl NodeStatusManager {
             .as_ref()
             .map(|i| i.container_runtime_version.clone())
             .unwrap_or_default();
-        let status = self.compute(&server_conditions, facts, devices, &version);
+        let mut status = self.compute(&server_conditions, facts, devices, &version);
+        // Nothing in use any more while the server still lists volumes: the
+        // list is cleared (upstream's two-way patch of an emptied list).
+        if status.volumes_in_use.is_none()
+            && server
+                .volumes_in_use
+                .as_ref()
+                .is_some_and(|v| !v.is_empty())
+            && self.volumes.volumes_in_use().is_some()
+        {
+            status.volumes_in_use = Some(Vec::new());
+        }
         // A cloud-controller-manager that set the addresses owns them (upstream).
         let own_addresses = !(self.cfg.external_cloud_provider
             && server.addresses.as_ref().is_some_and(|a| !a.is_empty())
