@@ -177,7 +177,13 @@ async fn memory_pressure_evicts_the_best_effort_hog_and_refuses_best_effort_pods
     );
 
     // The Guaranteed pod was never touched.
-    assert_eq!(phase(j.api_pod("innocent").as_ref()), Some("Running"));
+    let innocent = j.api_pod("innocent");
+    assert_eq!(
+        phase(innocent.as_ref()),
+        Some("Running"),
+        "{}",
+        message(&innocent)
+    );
     j.cleanup().await;
 }
 

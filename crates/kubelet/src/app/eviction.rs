@@ -17,7 +17,6 @@ use kubelet_eviction::stats::{
     ContainerStats, FsSignal, FsUsage, MemorySignal, NodeStats, PodStats, Summary,
 };
 use kubelet_eviction::{EvictionError, Pressure};
-use kubelet_server::stats::StatsProvider;
 use kubelet_server::stats::summary as api;
 use kubelet_types::pod;
 use tokio_util::sync::CancellationToken;
@@ -221,10 +220,16 @@ fn pod_stats(p: &api::PodStats, volumes: &PodVolumes) -> PodStats {
 #[async_trait::async_trait]
 impl kubelet_eviction::SummaryProvider for Stats {
     async fn summary(&self) -> Result<Summary, EvictionError> {
-        let s = tokio::time::timeout(STATS_TIMEOUT, self.host.summary())
-            .await
-            .map_err(boxed)?
-            .map_err(boxed)?;
+        // Pod stats collected from now on: a summary another reader took
+        // moments ago may predate a pod that now fills memory, and ranking
+        // it as a pod without stats would put it behind the others.
+        let s = tokio::time::timeout(
+            STATS_TIMEOUT,
+            self.host.summary_since(tokio::time::Instant::now()),
+        )
+        .await
+        .map_err(boxed)?
+        .map_err(boxed)?;
         let roots = self.roots.clone();
         let memory = tokio::time::timeout(
             FILE_TIMEOUT,

@@ -16,6 +16,7 @@ mod cpu;
 mod cri_stats;
 mod node;
 mod pod_cgroup;
+mod provider;
 mod summary_cache;
 mod volumes;
 
@@ -31,15 +32,13 @@ use kubelet_server::stats::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
     PodReference, PodStats, RlimitStats, RuntimeStats, SwapStats,
 };
-use kubelet_server::stats::{StatsError, StatsProvider, Summary};
+use kubelet_server::stats::{StatsError, Summary};
 
 pub use self::batch_backoff::StatsFallback;
 pub use self::cpu::CpuUsageCache;
 pub use self::cri_stats::StatsRuntime;
 pub use self::pod_cgroup::PodCgroupDirs;
 pub use self::summary_cache::{SUMMARY_REUSE, SummaryCache};
-
-use super::KubeletHost;
 
 /// Key of the node's own CPU sample.
 const NODE_KEY: &str = "/";
@@ -208,24 +207,6 @@ pub(crate) struct Collector<'a> {
     pub cgroup_root: &'a Path,
     pub proc_root: &'a Path,
     pub pod_cgroups: Option<Arc<dyn PodCgroupDirs>>,
-}
-
-impl KubeletHost {
-    fn collector(&self) -> Collector<'_> {
-        Collector {
-            rt: &self.remote,
-            metrics: &self.metrics,
-            pod_cache: &self.pod_cache,
-            cpu_usage: &self.cpu_usage,
-            fallback: self.summary_cache.fallback(),
-            node_name: &self.node_name,
-            root_dir: &self.root_dir,
-            pod_logs_dir: &self.pod_logs_dir,
-            cgroup_root: Path::new("/sys/fs/cgroup"),
-            proc_root: Path::new("/proc"),
-            pod_cgroups: Some(self.pod_cgroups.clone()),
-        }
-    }
 }
 
 impl Collector<'_> {
@@ -572,27 +553,6 @@ impl Collector<'_> {
             process_stats: None,
             swap,
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl StatsProvider for KubeletHost {
-    async fn summary(&self) -> Result<Summary, StatsError> {
-        self.summary_cache
-            .get_or_collect(true, || async {
-                let s = self.collector().collect(true).await?;
-                Ok(volumes::with_csi_volume_stats(self.csi.as_deref(), s).await)
-            })
-            .await
-    }
-
-    async fn cpu_and_memory_stats(&self) -> Result<Summary, StatsError> {
-        // A full summary collected moments ago serves as well.
-        let s = self
-            .summary_cache
-            .get_or_collect(false, || self.collector().collect(false))
-            .await?;
-        Ok(s.cpu_and_memory_only())
     }
 }
 

@@ -34,6 +34,40 @@ async fn concurrent_scrapes_share_one_collection() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_reader_asking_for_newer_stats_never_gets_an_older_collection() {
+    let cache = SummaryCache::default();
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let collect = || async {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        Ok(Summary::default())
+    };
+    let before = tokio::time::Instant::now();
+    cache.get_or_collect(true, collect).await.expect("ok");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // Still within SUMMARY_REUSE for a scrape ...
+    cache.get_or_collect(true, collect).await.expect("ok");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // ... but started before what eviction asks for: collected again.
+    let now = tokio::time::Instant::now();
+    cache
+        .get_or_collect_since(true, now, collect)
+        .await
+        .expect("ok");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // A collection started at or after the time asked for is shared.
+    cache
+        .get_or_collect_since(true, now, collect)
+        .await
+        .expect("ok");
+    cache
+        .get_or_collect_since(true, before, collect)
+        .await
+        .expect("ok");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 #[test]
 fn chooses_ready_sandbox_and_running_containers() {
     let sb = |id: &str, uid: &str, state: pb::PodSandboxState, created: i64| pb::PodSandbox {
