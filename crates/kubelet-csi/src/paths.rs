@@ -138,6 +138,30 @@ impl Layout {
     pub fn block_data_dir(&self, spec_name: &str) -> PathBuf {
         self.volume_devices_dir().join(spec_name).join("data")
     }
+
+    /// The global map directory of a block volume (upstream
+    /// `GetGlobalMapPath`): `.../volumeDevices/<spec name>/dev`, holding one
+    /// bind mount of the published device per pod, named by its UID.
+    pub fn block_global_map_dir(&self, spec_name: &str) -> PathBuf {
+        self.volume_devices_dir().join(spec_name).join("dev")
+    }
+
+    /// `<root>/pods/<uid>/volumeDevices/kubernetes.io~csi` (upstream
+    /// `GetPodDeviceMapPath`'s directory).
+    pub fn pod_device_map_dir(&self, pod_uid: &str) -> PathBuf {
+        self.root
+            .join("pods")
+            .join(pod_uid)
+            .join("volumeDevices")
+            .join(CSI_PLUGIN_DIR_NAME)
+    }
+
+    /// The pod's link to its published block device:
+    /// `<root>/pods/<uid>/volumeDevices/kubernetes.io~csi/<spec name>`.
+    pub fn pod_device_map_path(&self, pod_uid: &str, spec_name: &str) -> PathBuf {
+        self.pod_device_map_dir(pod_uid)
+            .join(escape_qualified_name(spec_name))
+    }
 }
 
 /// Writes `vol_data.json` in `dir` (a JSON object of strings, as upstream's encoder).
@@ -202,6 +226,14 @@ mod tests {
             PathBuf::from(
                 "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/uid-1"
             )
+        );
+        assert_eq!(
+            l.block_global_map_dir("pv-1"),
+            PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pv-1/dev")
+        );
+        assert_eq!(
+            l.pod_device_map_path("uid-1", "pv-1"),
+            PathBuf::from("/var/lib/kubelet/pods/uid-1/volumeDevices/kubernetes.io~csi/pv-1")
         );
     }
 

@@ -322,6 +322,7 @@ pub(crate) fn mounted(
         host_path: dir,
         read_only: true,
         refresh: true,
+        block: false,
     }
 }
 

@@ -89,6 +89,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         host_path: dir,
         read_only: false,
         refresh: false,
+        block: false,
     })
 }
 

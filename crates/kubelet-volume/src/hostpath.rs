@@ -29,6 +29,7 @@ pub async fn set_up(host: &dyn VolumeHost, req: SetUpRequest<'_>) -> Result<Moun
         host_path: path,
         read_only: false,
         refresh: false,
+        block: false,
     })
 }
 

@@ -44,6 +44,10 @@ pub struct MountedVolume {
     /// The content comes from apiserver objects or the pod itself and is
     /// rewritten when they change (configMap, secret, downwardAPI, projected).
     pub refresh: bool,
+    /// A raw block volume (upstream `BlockVolumeMapper`): `host_path` is
+    /// the pod's device link, which containers get through `volumeDevices`
+    /// as a device node, never as a mount.
+    pub block: bool,
 }
 
 /// A request to set up one volume of one pod.

@@ -152,6 +152,7 @@ pub async fn set_up_bound(
             host_path: dir,
             read_only,
             refresh: false,
+            block: false,
         });
     }
     if let Some(hp) = spec.host_path.as_ref() {
@@ -162,6 +163,7 @@ pub async fn set_up_bound(
             host_path: path,
             read_only,
             refresh: false,
+            block: false,
         });
     }
     let kind = match serde_json::to_value(&spec) {

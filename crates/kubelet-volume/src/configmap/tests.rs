@@ -209,6 +209,7 @@ async fn all_keys_with_default_mode_in_the_plugin_dir() {
             host_path: dir.clone(),
             read_only: true,
             refresh: true,
+            block: false,
         }
     );
     assert_eq!(mode(&dir), 0o777);

@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::env::{EnvInputs, make_environment_variables};
 use super::hosts::make_hosts_mount;
-use super::mounts::make_mounts;
+use super::mounts::{make_block_devices, make_mounts};
 use crate::envvars::service_env_var_map;
 use crate::objects::services::ServiceLister;
 use crate::volume_host::KubeletVolumeHost;
@@ -192,8 +192,11 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             })?;
             mounts.push(hosts);
         }
+        let devices =
+            make_block_devices(c, &volumes).map_err(|e| ContainerConfigError { message: e.0 })?;
         opts.envs.extend(envs);
         opts.mounts.extend(mounts);
+        opts.devices.extend(devices);
         Ok(opts)
     }
 

@@ -84,7 +84,8 @@ pub async fn make_mounts(
         .unwrap_or(false);
     let mut out = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
-        let Some(vol) = volumes.get(&m.name) else {
+        // A raw block volume has no mounter (upstream `vol.Mounter == nil`).
+        let Some(vol) = volumes.get(&m.name).filter(|v| !v.block) else {
             error!(volume = %m.name, "Could not find volume");
             return Err(MountError(format!(
                 "cannot find volume {:?} to mount into container {:?}",
@@ -139,6 +140,37 @@ pub async fn make_mounts(
     Ok(out)
 }
 
+/// The raw block devices of `c` (upstream `makeBlockVolumes`): each
+/// `volumeDevice` as the pod's link to its published device, read-write
+/// (`mrw`) or read-only (`r`) as the volume was published.
+pub fn make_block_devices(
+    c: &Container,
+    volumes: &HashMap<String, MountedVolume>,
+) -> Result<Vec<pb::Device>, MountError> {
+    let mut out = Vec::new();
+    for d in c.volume_devices.iter().flatten() {
+        if !d.device_path.starts_with('/') {
+            return Err(MountError(format!(
+                "error DevicePath `{}` must be an absolute path",
+                d.device_path
+            )));
+        }
+        let Some(vol) = volumes.get(&d.name).filter(|v| v.block) else {
+            error!(volume = %d.name, container = %c.name, "Block volume cannot be satisfied for container, because the volume is missing or the volume mapper is nil");
+            return Err(MountError(format!(
+                "cannot find volume {:?} to pass into container {:?}",
+                d.name, c.name
+            )));
+        };
+        out.push(pb::Device {
+            container_path: d.device_path.clone(),
+            host_path: vol.host_path.to_string_lossy().into_owned(),
+            permissions: if vol.read_only { "r" } else { "mrw" }.into(),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,7 +195,63 @@ mod tests {
             host_path: path.to_path_buf(),
             read_only,
             refresh: false,
+            block: false,
         }
+    }
+
+    #[tokio::test]
+    async fn block_volumes_are_devices_never_mounts() {
+        let (p, mut c) = pod(
+            serde_json::json!([{"name": "blk", "mountPath": "/a"}]),
+            false,
+        );
+        let mut blk = vol(
+            Path::new("/k/pods/u/volumeDevices/kubernetes.io~csi/pv"),
+            false,
+        );
+        blk.block = true;
+        let vols = HashMap::from([("blk".to_string(), blk.clone())]);
+        let err = make_mounts(&p, &c, &vols, &HashMap::new(), Path::new("/k/pods"))
+            .await
+            .expect_err("a block volume has no mounter");
+        assert_eq!(
+            err.0,
+            "cannot find volume \"blk\" to mount into container \"c\""
+        );
+        c.volume_mounts = None;
+        c.volume_devices = Some(vec![k8s_openapi::api::core::v1::VolumeDevice {
+            name: "blk".into(),
+            device_path: "/dev/xvda".into(),
+        }]);
+        let devices = make_block_devices(&c, &vols).expect("devices");
+        assert_eq!(
+            devices,
+            vec![pb::Device {
+                container_path: "/dev/xvda".into(),
+                host_path: "/k/pods/u/volumeDevices/kubernetes.io~csi/pv".into(),
+                permissions: "mrw".into(),
+            }]
+        );
+        blk.read_only = true;
+        let ro = HashMap::from([("blk".to_string(), blk)]);
+        assert_eq!(
+            make_block_devices(&c, &ro).expect("devices")[0].permissions,
+            "r"
+        );
+        // A filesystem volume cannot be a device.
+        let fs = HashMap::from([("blk".to_string(), vol(Path::new("/x"), false))]);
+        assert_eq!(
+            make_block_devices(&c, &fs).expect_err("not block").0,
+            "cannot find volume \"blk\" to pass into container \"c\""
+        );
+        c.volume_devices = Some(vec![k8s_openapi::api::core::v1::VolumeDevice {
+            name: "blk".into(),
+            device_path: "dev/xvda".into(),
+        }]);
+        assert_eq!(
+            make_block_devices(&c, &ro).expect_err("relative").0,
+            "error DevicePath `dev/xvda` must be an absolute path"
+        );
     }
 
     #[tokio::test]

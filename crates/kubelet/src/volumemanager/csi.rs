@@ -53,6 +53,8 @@ pub struct CsiVolumes {
     unstage: Mutex<HashSet<Device>>,
     /// The size each device was last grown to on this node.
     expanded: Mutex<HashMap<Device, i64>>,
+    /// The spec name of each raw block device (its paths are by spec name).
+    block_specs: Mutex<HashMap<Device, String>>,
 }
 
 /// The result of a CSI set-up or tear-down as a `kubelet-volume` error,
@@ -72,6 +74,7 @@ impl CsiVolumes {
             adopted: Mutex::default(),
             unstage: Mutex::default(),
             expanded: Mutex::default(),
+            block_specs: Mutex::default(),
         }
     }
 
@@ -114,16 +117,15 @@ impl CsiVolumes {
             };
             return Some(kubelet_volume::pvc::set_up_bound(host, req, pv, read_only).await);
         }
-        if pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block") {
-            return Some(Err(kubelet_volume::Error::Unsupported {
-                volume: volume.name.clone(),
-                kind: "block-mode PersistentVolume".into(),
-            }));
+        let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
+        if let Err(e) = super::csi_block::check_volume_mode(pod, volume, block) {
+            return Some(Err(kubelet_volume::Error::Invalid(e)));
         }
         let mounted = self
             .set_up_csi(pod, volume, CsiVolume::Persistent { pv, read_only })
             .await;
         if mounted.is_ok()
+            && !block
             && let Err(e) = self.expand_if_needed(pod, pv, &resolved.pvc).await
         {
             return Some(Err(e));
@@ -189,10 +191,18 @@ impl CsiVolumes {
                 .or_default()
                 .insert(key.clone());
         }
-        self.tried.lock().insert(
-            (uid.clone(), volume.name.clone()),
-            self.plugin.layout().pod_volume_dir(&uid, &facts.spec_name),
-        );
+        let layout = self.plugin.layout();
+        let dir = if facts.block {
+            self.block_specs
+                .lock()
+                .insert(device.clone(), facts.spec_name.clone());
+            layout.pod_device_map_path(&uid, &facts.spec_name)
+        } else {
+            layout.pod_volume_dir(&uid, &facts.spec_name)
+        };
+        self.tried
+            .lock()
+            .insert((uid.clone(), volume.name.clone()), dir);
         let republish = self
             .plugin
             .requires_republish(&facts.driver)
@@ -200,7 +210,11 @@ impl CsiVolumes {
             .unwrap_or(false);
         let lock = self.lock(&device);
         let _held = lock.lock().await;
-        let target = self.plugin.layout().target_path(&uid, &facts.spec_name);
+        let target = if facts.block {
+            layout.block_publish_path(&facts.spec_name, &uid)
+        } else {
+            layout.target_path(&uid, &facts.spec_name)
+        };
         let adopted = self.adopted.lock().remove(&key);
         // Set up again (a pod sync, a resize check): published once is
         // enough unless the driver asks for republishing.
@@ -221,6 +235,11 @@ impl CsiVolumes {
         } else {
             let m = self.plugin.set_up(pod, csi).await.map_err(plugin_error)?;
             (m.path, m.read_only)
+        };
+        let path = if facts.block {
+            super::csi_block::map(layout, &uid, &facts.spec_name, &path).await?
+        } else {
+            path
         };
         let claim = kubelet_volume::pvc::claim_of(pod, volume)
             .map(|(claim, ..)| (kubelet_types::pod::namespace(pod).to_string(), claim));
@@ -247,6 +266,7 @@ impl CsiVolumes {
             // `requiresRepublish` publish again (upstream
             // `MarkRemountRequired`), claims are checked for a resize.
             refresh: republish || persistent,
+            block: facts.block,
         })
     }
 
@@ -267,7 +287,13 @@ impl CsiVolumes {
             )));
         };
         let key = (uid.clone(), spec_name.clone());
-        let data = load_volume_data(dir).await;
+        let block = super::csi_block::is_block_link(dir);
+        let data_dir = if block {
+            self.plugin.layout().block_data_dir(&spec_name)
+        } else {
+            dir.to_path_buf()
+        };
+        let data = load_volume_data(&data_dir).await;
         let (device, data) = match data {
             Ok(d) => {
                 let get = |k: &str| d.get(k).cloned().unwrap_or_default();
@@ -277,12 +303,27 @@ impl CsiVolumes {
             // but the device it was for is known.
             Err(e) => match self.device_of(&key) {
                 Some(device) => (device, Err(e)),
+                None if block => {
+                    return super::csi_block::unmap(self.plugin.layout(), &uid, &spec_name).await;
+                }
                 None => return self.remove_unpublished(dir, e).await,
             },
         };
         let lock = self.lock(&device);
         let _held = lock.lock().await;
         let ephemeral = match data {
+            Ok(()) if block => {
+                super::csi_block::unmap(self.plugin.layout(), &uid, &spec_name).await?;
+                self.plugin
+                    .tear_down_block(&uid, &spec_name)
+                    .await
+                    .map_err(plugin_error)?;
+                false
+            }
+            Err(_) if block => {
+                super::csi_block::unmap(self.plugin.layout(), &uid, &spec_name).await?;
+                false
+            }
             Ok(()) => {
                 let torn = self
                     .plugin
@@ -351,6 +392,19 @@ impl CsiVolumes {
     /// while another mount still shows its staging path (upstream
     /// `GetDeviceMountRefs` check), removed from `unstage` on success.
     async fn unstage_device(&self, device: &Device) {
+        let block_spec = self.block_specs.lock().get(device).cloned();
+        if let Some(spec) = block_spec {
+            match self.plugin.unmount_block_device(&spec).await {
+                Ok(()) => {
+                    self.unstage.lock().remove(device);
+                    self.block_specs.lock().remove(device);
+                }
+                Err(e) => {
+                    warn!(driver = %device.0, volume_handle = %device.1, error = %e, "UnmapDevice failed; will retry");
+                }
+            }
+            return;
+        }
         let staging = self.plugin.layout().device_mount_path(&device.0, &device.1);
         match staging_refs(&staging).await {
             Ok(refs) if refs.is_empty() => {}
@@ -474,7 +528,7 @@ const PLUGIN_PATH_PREFIX: &str = "/plugins/kubernetes.io/";
 /// The directory the volume manager keeps for a set-up volume: for CSI,
 /// the directory holding `vol_data.json` and the `mount` target.
 pub(crate) fn volume_dir(m: &MountedVolume) -> PathBuf {
-    if m.plugin == names::CSI {
+    if m.plugin == names::CSI && !m.block {
         m.host_path
             .parent()
             .map_or_else(|| m.host_path.clone(), Path::to_path_buf)

@@ -22,6 +22,7 @@
 //! only as [`crate::kubelet_volumes`] allows, here and nowhere else.
 
 mod csi;
+mod csi_block;
 mod in_use;
 mod ops;
 mod reconciler;

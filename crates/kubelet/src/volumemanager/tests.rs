@@ -99,6 +99,7 @@ impl VolumeOps for FakeOps {
                 .join("mount"),
                 read_only: false,
                 refresh: false,
+                block: false,
             });
         }
         let plugin = kubelet_volume::plugin_for(volume)?;
@@ -113,6 +114,7 @@ impl VolumeOps for FakeOps {
             ),
             read_only: false,
             refresh: volume.config_map.is_some(),
+            block: false,
         })
     }
     fn set_up_timeout(&self, _volume: &Volume) -> Duration {
