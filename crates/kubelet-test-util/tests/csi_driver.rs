@@ -62,6 +62,17 @@ fn is_mount_point(path: &Path) -> bool {
         .any(|m| m == want)
 }
 
+fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+fn device_size(path: &Path) -> u64 {
+    use std::io::Seek;
+    let mut f = std::fs::File::open(path).expect("open device");
+    f.seek(std::io::SeekFrom::End(0)).expect("device size")
+}
+
 async fn start(dir: &Path, f: impl FnOnce(&mut DriverConfig)) -> CsiDriver {
     let mut cfg = DriverConfig::new(DRIVER, "node-1", &dir.join("data"));
     f(&mut cfg);
@@ -363,7 +374,7 @@ async fn block_ephemeral_stats_and_expansion() {
     .await;
     let mut n = node(&d).await;
 
-    // Block: a file bind-mounted on a file.
+    // Block: the volume's loop device bind-mounted on a file.
     let dev = dir
         .path()
         .join("pods/uid/volumeDevices/kubernetes.io~csi/pv-b");
@@ -371,11 +382,10 @@ async fn block_ephemeral_stats_and_expansion() {
     req.staging_target_path.clear();
     req.volume_capability = block_cap();
     n.node_publish_volume(req).await.expect("block publish");
-    assert!(is_mount_point(&dev) && dev.is_file());
-    assert_eq!(
-        std::fs::metadata(&dev).expect("meta").len(),
-        csi_driver::BLOCK_SIZE
-    );
+    assert!(is_mount_point(&dev) && is_block_device(&dev));
+    assert_eq!(device_size(&dev), csi_driver::BLOCK_SIZE);
+    let loop_dev = d.loop_device("vol-b").await.expect("losetup");
+    assert!(loop_dev.is_some());
     let stats = n
         .node_get_volume_stats(pb::NodeGetVolumeStatsRequest {
             volume_id: "vol-b".into(),
@@ -402,11 +412,18 @@ async fn block_ephemeral_stats_and_expansion() {
         .into_inner();
     assert_eq!(expanded.capacity_bytes, 2 << 20);
     assert_eq!(d.expanded_size("vol-b"), Some(2 << 20));
-    assert_eq!(std::fs::metadata(&dev).expect("meta").len(), 2 << 20);
+    assert_eq!(device_size(&dev), 2 << 20, "the loop device grew");
+    assert_eq!(
+        std::fs::metadata(d.block_path("vol-b"))
+            .expect("meta")
+            .len(),
+        2 << 20
+    );
     n.node_unpublish_volume(unpublish_req("vol-b", &dev))
         .await
         .expect("block unpublish");
     assert!(!dev.exists());
+    assert_eq!(d.loop_device("vol-b").await.expect("losetup"), None);
 
     // Ephemeral: a fresh directory that goes with the unpublish.
     let eph = dir

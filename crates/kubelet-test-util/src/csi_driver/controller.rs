@@ -1,6 +1,7 @@
 //! The CSI Controller service of the test driver, as much as a host-path
 //! driver has: volumes created and deleted as directories under the data
-//! directory, publish (attach) and unpublish recorded and answered with an
+//! directory (block volumes as backing files, their loop devices detached
+//! at deletion), publish (attach) and unpublish recorded and answered with an
 //! empty publish context, and expansion that asks for a node expansion.
 
 use kubelet_csi::pb;
@@ -8,6 +9,7 @@ use kubelet_csi::pb::controller_server::Controller;
 use kubelet_csi::pb::controller_service_capability::rpc::Type as Cap;
 use tonic::{Request, Response, Status};
 
+use super::block::{block_file, create_backing_file};
 use super::node::volume_dir;
 use super::{Driver, Request as Rec};
 
@@ -56,11 +58,26 @@ impl Controller for Driver {
             if r.name.is_empty() {
                 return Err(missing("Name"));
             }
-            let dir = volume_dir(&cfg, &r.name);
-            tokio::fs::create_dir_all(&dir)
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?;
             let capacity = r.capacity_range.as_ref().map_or(0, |c| c.required_bytes);
+            let block = r.volume_capabilities.iter().any(|c| {
+                matches!(
+                    c.access_type,
+                    Some(pb::volume_capability::AccessType::Block(_))
+                )
+            });
+            if block {
+                // A block volume is its backing file, of the asked size.
+                let file = block_file(&cfg, &r.name);
+                let size = u64::try_from(capacity).unwrap_or(0);
+                tokio::task::spawn_blocking(move || create_backing_file(&file, size))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(|e| Status::internal(e.to_string()))?;
+            } else {
+                tokio::fs::create_dir_all(volume_dir(&cfg, &r.name))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?;
+            }
             let topology = (!cfg.topology.is_empty()).then(|| pb::Topology {
                 segments: cfg.topology.clone().into_iter().collect(),
             });
@@ -86,7 +103,9 @@ impl Controller for Driver {
             if r.volume_id.is_empty() {
                 return Err(missing("Volume ID"));
             }
-            // Deleting a volume that is gone is OK (the spec's idempotency).
+            // Deleting a volume that is gone is OK (the spec's idempotency);
+            // a block volume's loop devices go before its file.
+            self.delete_block(&r.volume_id).await?;
             let _ = tokio::fs::remove_dir_all(volume_dir(&cfg, &r.volume_id)).await;
             Ok(pb::DeleteVolumeResponse {})
         })

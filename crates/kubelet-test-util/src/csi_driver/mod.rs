@@ -10,7 +10,12 @@
 //! it. Volumes live under a data directory: staging bind-mounts a volume's
 //! directory on the staging path, publishing bind-mounts the staged
 //! directory (or the volume's directory) on the target path, read-only
-//! when asked; block volumes are regular files bind-mounted onto a file.
+//! when asked. A block volume is a regular file backing a loop device, as
+//! in csi-driver-host-path: publishing binds the volume's loop device
+//! (attached at its first publish, detached when its last publish or the
+//! volume goes) onto the target file, so the target is a block device node
+//! a container runtime can hand to a container ([`CsiDriver::block_path`],
+//! [`CsiDriver::loop_device`]).
 //! Every call is recorded ([`Call`], [`CsiDriver::wait_for_call`]); any
 //! method, the registrar's `GetInfo` included, can be made to fail with a
 //! gRPC code or to hang ([`Fault`]). [`api`] has what the control plane
@@ -21,8 +26,12 @@
 
 pub mod api;
 pub mod attacher;
+mod block;
+#[cfg(test)]
+mod block_tests;
 mod controller;
 mod identity;
+mod loopdev;
 mod mount;
 mod node;
 mod registrar;
@@ -50,7 +59,8 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 /// The volume context key the kubelet sets for CSI ephemeral inline volumes.
 pub const EPHEMERAL_CONTEXT_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
-/// Size of the file standing in for a block volume.
+/// Size of the file backing a block volume created by a stage or publish
+/// (a CreateVolume asking for a capacity gets that size).
 pub const BLOCK_SIZE: u64 = 1 << 20;
 
 /// How the driver behaves.
@@ -176,7 +186,7 @@ pub struct Published {
     pub volume_id: String,
     /// Mounted read-only.
     pub readonly: bool,
-    /// A block volume (a file bind-mounted on a file).
+    /// A block volume (its loop device bind-mounted on a file).
     pub block: bool,
     /// An ephemeral inline volume (its data goes with its unpublish).
     pub ephemeral: bool,
@@ -196,6 +206,9 @@ pub(crate) struct VolumeState {
     pub mount_groups: HashMap<String, String>,
     /// Ephemeral volumes whose data was removed by their unpublish.
     pub ended: std::collections::HashSet<String>,
+    /// Backing files of block volumes this driver bound a loop device to
+    /// (detached at the last unpublish, DeleteVolume or the driver's drop).
+    pub attached: std::collections::HashSet<PathBuf>,
 }
 
 pub(crate) struct Shared {
@@ -208,6 +221,10 @@ pub(crate) struct Shared {
     pub registered: watch::Sender<usize>,
     /// How many calls were recorded.
     pub recorded: watch::Sender<usize>,
+    /// Serializes the loop device work of block volumes (attach with
+    /// mount, unmount with detach), so two publishes of one volume share
+    /// its device and an unpublish never detaches one being published.
+    pub block_lock: tokio::sync::Mutex<()>,
 }
 
 /// A cheap handle the gRPC services share.
@@ -314,6 +331,7 @@ impl CsiDriver {
             registrations: Mutex::default(),
             registered: watch::channel(0).0,
             recorded: watch::channel(0).0,
+            block_lock: tokio::sync::Mutex::new(()),
         };
         let mut d = Self {
             driver: Driver(Arc::new(shared)),
@@ -494,7 +512,8 @@ impl CsiDriver {
             .copied()
     }
 
-    /// The directory (mount volumes) or file (block) holding `volume_id`.
+    /// The directory holding mount volume `volume_id` (a block volume's
+    /// file is [`CsiDriver::block_path`]).
     pub fn volume_path(&self, volume_id: &str) -> PathBuf {
         node::volume_dir(&self.driver.config(), volume_id)
     }
@@ -514,7 +533,11 @@ impl CsiDriver {
 }
 
 impl Drop for CsiDriver {
+    /// Stops serving, removes the sockets and detaches the loop devices
+    /// of the driver's block volumes (a shared host resource no test may
+    /// leak), waiting for `losetup` a bounded time.
     fn drop(&mut self) {
+        self.driver.detach_all_now();
         self.stop.send_replace(true);
         self.driver.0.fault_changed.send_modify(|g| *g += 1);
         let _ = std::fs::remove_file(&self.socket);

@@ -6,6 +6,7 @@
 //! and `OK` for every repeat of an operation already done (stage, publish,
 //! unpublish, unstage are idempotent).
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use kubelet_csi::pb;
@@ -14,18 +15,15 @@ use kubelet_csi::pb::node_service_capability::rpc::Type as Cap;
 use kubelet_csi::pb::volume_capability::AccessType;
 use tonic::{Request, Response, Status};
 
+use super::block::{self, block_file};
 use super::{
-    BLOCK_SIZE, Driver, DriverConfig, EPHEMERAL_CONTEXT_KEY, Published, Request as Rec, mount,
+    BLOCK_SIZE, Driver, DriverConfig, EPHEMERAL_CONTEXT_KEY, Published, Request as Rec, loopdev,
+    mount,
 };
 
 /// Where volume `id` lives: a directory for mount volumes.
 pub(crate) fn volume_dir(cfg: &DriverConfig, id: &str) -> PathBuf {
     cfg.data_dir.join(id.replace('/', "_"))
-}
-
-/// The regular file standing in for block volume `id`.
-pub(crate) fn block_file(cfg: &DriverConfig, id: &str) -> PathBuf {
-    cfg.data_dir.join(format!("{}.block", id.replace('/', "_")))
 }
 
 fn required(value: &str, what: &str) -> Result<(), Status> {
@@ -120,9 +118,7 @@ impl Driver {
         let group_for = group.clone();
         blocking(move || {
             if block {
-                if !file.exists() {
-                    std::fs::File::create(&file)?.set_len(BLOCK_SIZE)?;
-                }
+                block::create_backing_file(&file, BLOCK_SIZE)?;
                 return std::fs::create_dir_all(&staging);
             }
             std::fs::create_dir_all(&dir)?;
@@ -219,9 +215,10 @@ impl Driver {
                 )));
             }
         }
-        let source = if block {
-            block_file(&cfg, &r.volume_id)
-        } else if staged_mount {
+        if block {
+            return self.publish_block(r, want).await;
+        }
+        let source = if staged_mount {
             PathBuf::from(&r.staging_target_path)
         } else {
             volume_dir(&cfg, &r.volume_id)
@@ -231,23 +228,11 @@ impl Driver {
         let readonly = r.readonly;
         let group_for = group.clone();
         blocking(move || {
-            if block {
-                if !source.exists() {
-                    std::fs::File::create(&source)?.set_len(BLOCK_SIZE)?;
-                }
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                if !target.exists() {
-                    std::fs::File::create(&target)?;
-                }
-            } else {
-                std::fs::create_dir_all(&dir)?;
-                if !group_for.is_empty() {
-                    apply_group(&dir, &group_for)?;
-                }
-                std::fs::create_dir_all(&target)?;
+            std::fs::create_dir_all(&dir)?;
+            if !group_for.is_empty() {
+                apply_group(&dir, &group_for)?;
             }
+            std::fs::create_dir_all(&target)?;
             if !mount::is_mount_point(&target) {
                 mount::bind(&source, &target, readonly)?;
             }
@@ -280,6 +265,13 @@ impl Driver {
         }
         let ephemeral = published.as_ref().is_some_and(|p| p.ephemeral);
         let dir = volume_dir(&cfg, &r.volume_id);
+        let file = block_file(&cfg, &r.volume_id);
+        let block = published.as_ref().is_some_and(|p| p.block)
+            || self.0.volumes.lock().attached.contains(&file);
+        let _guard = match block {
+            true => Some(self.0.block_lock.lock().await),
+            false => None,
+        };
         blocking(move || {
             if mount::is_mount_point(&target) {
                 mount::unmount(&target)?;
@@ -295,11 +287,18 @@ impl Driver {
             Ok(())
         })
         .await?;
-        let mut v = self.0.volumes.lock();
-        v.published.remove(&PathBuf::from(&r.target_path));
-        if ephemeral {
-            // A repeated unpublish of an ended ephemeral volume is still OK.
-            v.ended.insert(r.volume_id.clone());
+        let target = PathBuf::from(&r.target_path);
+        {
+            let mut v = self.0.volumes.lock();
+            v.published.remove(&target);
+            if ephemeral {
+                // A repeated unpublish of an ended ephemeral volume is still OK.
+                v.ended.insert(r.volume_id.clone());
+            }
+        }
+        if block {
+            // The last publish of a block volume takes its loop device.
+            self.release_loop(&r.volume_id, file, &target).await?;
         }
         Ok(pb::NodeUnpublishVolumeResponse {})
     }
@@ -323,6 +322,14 @@ impl Driver {
         let unit = |u: pb::volume_usage::Unit| u as i32;
         let usage = blocking(move || {
             let meta = std::fs::metadata(&path)?;
+            if meta.file_type().is_block_device() {
+                // A block volume's usage is its device's size, in bytes.
+                return Ok(vec![pb::VolumeUsage {
+                    total: loopdev::device_size(&path)? as i64,
+                    unit: unit(pb::volume_usage::Unit::Bytes),
+                    ..Default::default()
+                }]);
+            }
             if meta.is_file() {
                 return Ok(vec![pb::VolumeUsage {
                     total: meta.len() as i64,
@@ -372,11 +379,14 @@ impl Driver {
         let size = r.capacity_range.as_ref().map_or(0, |c| c.required_bytes);
         let file = block_file(&cfg, &r.volume_id);
         if is_block(r.volume_capability.as_ref()) && size > 0 {
+            let _guard = self.0.block_lock.lock().await;
             blocking(move || {
                 std::fs::OpenOptions::new()
                     .write(true)
                     .open(&file)?
-                    .set_len(size as u64)
+                    .set_len(size as u64)?;
+                // The loop device follows its file's new size.
+                loopdev::refresh(&file, loopdev::DEADLINE)
             })
             .await?;
         }
