@@ -414,7 +414,7 @@ async fn block_ephemeral_stats_and_expansion() {
     assert_eq!(d.expanded_size("vol-b"), Some(2 << 20));
     assert_eq!(device_size(&dev), 2 << 20, "the loop device grew");
     assert_eq!(
-        std::fs::metadata(d.block_path("vol-b"))
+        std::fs::metadata(d.block_file("vol-b"))
             .expect("meta")
             .len(),
         2 << 20

@@ -157,7 +157,7 @@ impl CsiDriver {
     /// CreateVolume with a block capability or by the first stage or
     /// publish of the volume as a block volume ([`BLOCK_SIZE`] bytes). What
     /// a container writes to the device shows in this file.
-    pub fn block_path(&self, volume_id: &str) -> PathBuf {
+    pub fn block_file(&self, volume_id: &str) -> PathBuf {
         block_file(&self.driver.config(), volume_id)
     }
 
@@ -165,7 +165,7 @@ impl CsiDriver {
     /// (`losetup -j`), if one is: there is one while the volume is
     /// published somewhere.
     pub async fn loop_device(&self, volume_id: &str) -> std::io::Result<Option<PathBuf>> {
-        let file = self.block_path(volume_id);
+        let file = self.block_file(volume_id);
         let found = tokio::task::spawn_blocking(move || loopdev::find(&file, loopdev::DEADLINE))
             .await
             .map_err(std::io::Error::other)??;

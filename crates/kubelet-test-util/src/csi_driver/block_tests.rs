@@ -119,7 +119,7 @@ fn is_block_device(p: &Path) -> bool {
 async fn a_published_block_volume_is_its_loop_device() {
     let dir = Scratch::new();
     let d = start(dir.path(), true).await;
-    let file = d.block_path("pvc/blk");
+    let file = d.block_file("pvc/blk");
     assert_eq!(file, dir.path().join("data").join("pvc_blk.block"));
 
     let staging = dir.path().join("volumeDevices/staging/pv-blk");
@@ -245,7 +245,7 @@ async fn delete_volume_detaches_a_device_still_published() {
         .create_volume(Request::new(create))
         .await
         .expect("CreateVolume");
-    let file = d.block_path("blk-created");
+    let file = d.block_file("blk-created");
     assert_eq!(
         std::fs::metadata(&file).expect("backing file").len(),
         2 << 20
@@ -287,14 +287,14 @@ async fn a_failed_publish_and_the_drivers_drop_leave_no_device() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Internal);
-    assert!(attached_to(&d.block_path("blk-fail")).is_empty());
+    assert!(attached_to(&d.block_file("blk-fail")).is_empty());
 
     // A volume still published when the driver goes.
     let t = dir.path().join("publish/pod-1");
     publish(&d, publish_req("blk-kept", "", &t, false))
         .await
         .expect("publish");
-    let file = d.block_path("blk-kept");
+    let file = d.block_file("blk-kept");
     assert_eq!(attached_to(&file).len(), 1);
     let published: HashMap<_, _> = d.published();
     assert!(published[&t].block);

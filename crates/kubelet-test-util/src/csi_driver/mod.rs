@@ -14,7 +14,7 @@
 //! in csi-driver-host-path: publishing binds the volume's loop device
 //! (attached at its first publish, detached when its last publish or the
 //! volume goes) onto the target file, so the target is a block device node
-//! a container runtime can hand to a container ([`CsiDriver::block_path`],
+//! a container runtime can hand to a container ([`CsiDriver::block_file`],
 //! [`CsiDriver::loop_device`]).
 //! Every call is recorded ([`Call`], [`CsiDriver::wait_for_call`]); any
 //! method, the registrar's `GetInfo` included, can be made to fail with a
@@ -513,7 +513,7 @@ impl CsiDriver {
     }
 
     /// The directory holding mount volume `volume_id` (a block volume's
-    /// file is [`CsiDriver::block_path`]).
+    /// file is [`CsiDriver::block_file`]).
     pub fn volume_path(&self, volume_id: &str) -> PathBuf {
         node::volume_dir(&self.driver.config(), volume_id)
     }
