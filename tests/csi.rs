@@ -13,6 +13,9 @@ mod csi_support;
 #[path = "csi_lifecycle.rs"]
 mod csi_lifecycle;
 
+#[path = "csi_block.rs"]
+mod csi_block;
+
 use std::path::Path;
 use std::time::Duration;
 

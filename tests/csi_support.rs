@@ -79,10 +79,16 @@ impl Env {
         let dir = self.driver.volume_path(handle);
         std::fs::create_dir_all(&dir).expect("volume dir");
         std::fs::write(dir.join("hello"), content).expect("volume file");
+        self.bind(claim, pv, handle, "Filesystem").await;
+    }
+
+    /// A claim `claim` with `volumeMode` `mode` bound to a CSI PV `pv` of
+    /// volume `handle` with the same mode.
+    pub(crate) async fn bind(&self, claim: &str, pv: &str, handle: &str, mode: &str) {
         let claims = Api::<PersistentVolumeClaim>::namespaced(self.j.admin.clone(), "default");
         let c: PersistentVolumeClaim = serde_json::from_value(json!({
             "metadata": {"name": claim},
-            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv, "volumeMode": mode,
                 "resources": {"requests": {"storage": "1Gi"}}}
         }))
         .expect("pvc");
@@ -97,7 +103,7 @@ impl Env {
             ("default", claim),
             None,
             None,
-            "Filesystem",
+            mode,
         );
         v["spec"]["claimRef"]["uid"] = json!(c.metadata.uid);
         let v: PersistentVolume = serde_json::from_value(v).expect("pv");

@@ -313,6 +313,9 @@ impl CsiVolumes {
         let _held = lock.lock().await;
         let ephemeral = match data {
             Ok(()) if block => {
+                self.block_specs
+                    .lock()
+                    .insert(device.clone(), spec_name.clone());
                 super::csi_block::unmap(self.plugin.layout(), &uid, &spec_name).await?;
                 self.plugin
                     .tear_down_block(&uid, &spec_name)
@@ -463,6 +466,19 @@ impl CsiVolumes {
     /// mounted ones are adopted, and persistent ones count as users of
     /// their device.
     pub async fn reconstruct(&self, uid: &str) {
+        for b in super::csi_block::reconstruct(self.plugin.layout(), uid).await {
+            let key = (uid.to_string(), b.spec.clone());
+            let device = (b.driver, b.handle);
+            self.block_specs.lock().insert(device.clone(), b.spec);
+            self.users
+                .lock()
+                .entry(device)
+                .or_default()
+                .insert(key.clone());
+            if b.published {
+                self.adopted.lock().insert(key);
+            }
+        }
         let found = match self.plugin.reconstruct(uid).await {
             Ok(f) => f,
             Err(e) => {

@@ -143,6 +143,46 @@ fn unmap_blocking(global: &Path, link: &Path) -> Result<(), kubelet_volume::Erro
     Ok(())
 }
 
+/// A block volume of a pod found on disk after a restart.
+pub(super) struct FoundBlock {
+    /// The spec name.
+    pub spec: String,
+    /// The CSI driver.
+    pub driver: String,
+    /// The volume handle.
+    pub handle: String,
+    /// Still published for the pod.
+    pub published: bool,
+}
+
+/// The block volumes of pod `uid` on disk (upstream reconstructs them from
+/// the pod's device map path and the volume's `vol_data.json`).
+pub(super) async fn reconstruct(layout: &Layout, uid: &str) -> Vec<FoundBlock> {
+    let dir = layout.pod_device_map_dir(uid);
+    let Ok(mut rd) = tokio::fs::read_dir(&dir).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Ok(Some(e)) = rd.next_entry().await {
+        let spec = e.file_name().to_string_lossy().into_owned();
+        let Ok(data) = kubelet_csi::paths::load_volume_data(&layout.block_data_dir(&spec)).await
+        else {
+            continue;
+        };
+        let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+        let published = mount::is_mount_point(&layout.block_publish_path(&spec, uid))
+            .await
+            .unwrap_or(false);
+        out.push(FoundBlock {
+            driver: get(kubelet_csi::paths::keys::DRIVER_NAME),
+            handle: get(kubelet_csi::paths::keys::VOLUME_HANDLE),
+            spec,
+            published,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

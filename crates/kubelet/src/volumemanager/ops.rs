@@ -238,17 +238,22 @@ fn joined(e: tokio::task::JoinError) -> kubelet_volume::Error {
 }
 
 fn read_dir(p: &Path) -> Vec<(String, PathBuf)> {
+    read_entries(p, |t| t.is_dir())
+}
+
+fn read_entries(p: &Path, keep: impl Fn(std::fs::FileType) -> bool) -> Vec<(String, PathBuf)> {
     std::fs::read_dir(p)
         .map(|rd| {
             rd.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter(|e| e.file_type().is_ok_and(&keep))
                 .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
                 .collect()
         })
         .unwrap_or_default()
 }
 
-/// `<pods>/<uid>/volumes/<plugin>/<name>` directories, then
+/// `<pods>/<uid>/volumes/<plugin>/<name>` directories, the raw block links
+/// `<pods>/<uid>/volumeDevices/<plugin>/<name>`, then
 /// `<pods>/<uid>/volume-subpaths/<name>` (subPath mounts a pod removed while
 /// the kubelet was down may have left).
 fn scan(pods_dir: &Path) -> Vec<OnDisk> {
@@ -256,6 +261,18 @@ fn scan(pods_dir: &Path) -> Vec<OnDisk> {
     for (uid, pod_dir) in read_dir(pods_dir) {
         for (plugin, plugin_dir) in read_dir(&pod_dir.join("volumes")) {
             for (name, dir) in read_dir(&plugin_dir) {
+                out.push(OnDisk {
+                    uid: uid.clone(),
+                    plugin: plugin_from_dir(&plugin),
+                    name,
+                    dir,
+                });
+            }
+        }
+        // Raw block volumes: `<pods>/<uid>/volumeDevices/<plugin>/<name>`
+        // links to the published devices.
+        for (plugin, plugin_dir) in read_dir(&pod_dir.join("volumeDevices")) {
+            for (name, dir) in read_entries(&plugin_dir, |t| t.is_symlink()) {
                 out.push(OnDisk {
                     uid: uid.clone(),
                     plugin: plugin_from_dir(&plugin),
@@ -286,6 +303,12 @@ mod tests {
         let pod = tmp.path().join("u1");
         std::fs::create_dir_all(pod.join("volumes/kubernetes.io~secret/token")).expect("mkdir");
         std::fs::create_dir_all(pod.join("volume-subpaths/data/c/0")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("volumeDevices/kubernetes.io~csi")).expect("mkdir");
+        std::os::unix::fs::symlink(
+            "/nowhere/published",
+            pod.join("volumeDevices/kubernetes.io~csi/pv-b"),
+        )
+        .expect("link");
         let found = scan(tmp.path());
         assert_eq!(
             found,
@@ -295,6 +318,12 @@ mod tests {
                     plugin: names::SECRET,
                     name: "token".into(),
                     dir: pod.join("volumes/kubernetes.io~secret/token"),
+                },
+                OnDisk {
+                    uid: "u1".into(),
+                    plugin: names::CSI,
+                    name: "pv-b".into(),
+                    dir: pod.join("volumeDevices/kubernetes.io~csi/pv-b"),
                 },
                 OnDisk {
                     uid: "u1".into(),

@@ -412,16 +412,20 @@ async fn tear_down(inner: &Arc<Inner>, uid: &str, name: &str) {
             "error cleaning subPath mounts for volume {name:?} pod {uid:?}: {e}"
         ))
     });
-    let own_dir = inner.pods_dir.join(uid).join("volumes");
+    let own_dirs = [
+        inner.pods_dir.join(uid).join("volumes"),
+        // Raw block volumes: the pod's device links.
+        inner.pods_dir.join(uid).join("volumeDevices"),
+    ];
     let result = match (cleaned, &dir) {
         (Err(e), _) => Err(e),
         // hostPath volumes (and subPath mounts found alone) have no
         // directory of their own to tear down; nothing outside the pod's
-        // `volumes` directory ever is.
+        // `volumes` (and `volumeDevices`) directory ever is.
         (Ok(()), Some(d))
             if plugin != kubelet_volume::plugin::names::HOST_PATH
                 && plugin != SUBPATHS_ONLY
-                && d.starts_with(&own_dir) =>
+                && own_dirs.iter().any(|own| d.starts_with(own)) =>
         {
             let deadline = inner.ops.tear_down_timeout(plugin, d);
             tokio::time::timeout(deadline, inner.ops.tear_down(plugin, d))
