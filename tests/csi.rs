@@ -16,6 +16,9 @@ mod csi_lifecycle;
 #[path = "csi_block.rs"]
 mod csi_block;
 
+#[path = "csi_mock.rs"]
+mod csi_mock;
+
 use std::path::Path;
 use std::time::Duration;
 
