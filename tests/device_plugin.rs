@@ -24,6 +24,9 @@ use kubelet_rs_integration::BUSYBOX;
 use kubelet_rs_integration::cluster::{Joined, phase};
 use serde_json::{Value, json};
 
+#[path = "device_plugin_e2e.rs"]
+mod device_plugin_e2e;
+
 /// The resource the stub advertises.
 pub const RESOURCE: &str = "example.com/resource";
 const T: Duration = Duration::from_secs(90);

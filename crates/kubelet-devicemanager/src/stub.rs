@@ -227,6 +227,7 @@ impl DevicePlugin for Service {
 /// A running stub device plugin.
 pub struct Stub {
     socket: PathBuf,
+    config: StubConfig,
     devices: watch::Sender<Vec<Device>>,
     calls: Arc<Mutex<Calls>>,
     stop: CancellationToken,
@@ -247,38 +248,34 @@ impl Stub {
     /// # Errors
     /// When the socket cannot be bound.
     pub fn start(socket: &Path, devices: Vec<Device>, config: StubConfig) -> std::io::Result<Self> {
-        match std::fs::remove_file(socket) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let listener = UnixListener::bind(socket)?;
-        let (tx, rx) = watch::channel(devices);
+        let (tx, _) = watch::channel(devices);
         let calls = Arc::new(Mutex::new(Calls::default()));
-        let stop = CancellationToken::new();
-        let svc = Service {
-            config,
-            devices: rx,
-            calls: calls.clone(),
-            stop: stop.clone(),
-        };
-        let token = stop.clone();
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(svc))
-                .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener),
-                    token.cancelled_owned(),
-                )
-                .await;
-        });
+        let (stop, task) = serve(socket, &config, &tx, &calls)?;
         Ok(Self {
             socket: socket.to_path_buf(),
+            config,
             devices: tx,
             calls,
             stop,
             task,
         })
+    }
+
+    /// Stops serving and serves again on a fresh socket at the same path,
+    /// keeping its devices and recorded calls: what upstream's sample plugin
+    /// does when it sees the kubelet restart (the kubelet removes plugin
+    /// sockets on start). Register again afterwards.
+    ///
+    /// # Errors
+    /// When the socket cannot be bound.
+    pub async fn serve_again(&mut self) -> std::io::Result<()> {
+        self.stop.cancel();
+        let old = std::mem::replace(&mut self.task, tokio::spawn(async {}));
+        let _ = tokio::time::timeout(Duration::from_secs(5), old).await;
+        let (stop, task) = serve(&self.socket, &self.config, &self.devices, &self.calls)?;
+        self.stop = stop;
+        self.task = task;
+        Ok(())
     }
 
     /// The socket the stub serves.
@@ -345,6 +342,40 @@ impl Stub {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
         let _ = tokio::fs::remove_file(&self.socket).await;
     }
+}
+
+/// Binds `socket` (replacing a stale file) and serves the plugin on it until
+/// the returned token is cancelled.
+fn serve(
+    socket: &Path,
+    config: &StubConfig,
+    devices: &watch::Sender<Vec<Device>>,
+    calls: &Arc<Mutex<Calls>>,
+) -> std::io::Result<(CancellationToken, tokio::task::JoinHandle<()>)> {
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(socket)?;
+    let stop = CancellationToken::new();
+    let svc = Service {
+        config: config.clone(),
+        devices: devices.subscribe(),
+        calls: calls.clone(),
+        stop: stop.clone(),
+    };
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(DevicePluginServer::new(svc))
+            .serve_with_incoming_shutdown(
+                UnixListenerStream::new(listener),
+                token.cancelled_owned(),
+            )
+            .await;
+    });
+    Ok((stop, task))
 }
 
 async fn registration_client(
