@@ -731,3 +731,60 @@ async fn the_control_plane_helpers_attach_for_the_node() {
         .and_then(|s| s.volumes_attached);
     assert!(attached.unwrap_or_default().is_empty());
 }
+
+#[tokio::test]
+async fn fail_times_fails_the_first_calls_and_fail_after_work_does_the_work() {
+    let dir = Scratch::new();
+    let d = start(dir.path(), |_| {}).await;
+    let mut n = node(&d).await;
+    let staging = dir.path().join("globalmount");
+
+    d.set_fault(
+        "NodeStageVolume",
+        Fault::FailTimes(2, Code::InvalidArgument, "fake error".into()),
+    );
+    for _ in 0..2 {
+        let err = n
+            .node_stage_volume(stage_req("vol-t", &staging))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(!is_mount_point(&staging), "a failed call does nothing");
+    }
+    n.node_stage_volume(stage_req("vol-t", &staging))
+        .await
+        .expect("the third call works");
+    assert!(is_mount_point(&staging));
+    assert_eq!(
+        d.calls_of("NodeStageVolume")
+            .iter()
+            .map(|c| c.code)
+            .collect::<Vec<_>>(),
+        vec![Code::InvalidArgument, Code::InvalidArgument, Code::Ok]
+    );
+
+    d.set_fault(
+        "NodeUnstageVolume",
+        Fault::FailAfterWork(Code::DeadlineExceeded, "too slow".into()),
+    );
+    let err = n
+        .node_unstage_volume(unstage_req("vol-t", &staging))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (Code::DeadlineExceeded, "too slow")
+    );
+    assert!(!is_mount_point(&staging), "unstaged all the same");
+    assert!(d.staged().is_empty());
+    // Until cleared, every call fails after its work.
+    assert!(
+        n.node_unstage_volume(unstage_req("vol-t", &staging))
+            .await
+            .is_err()
+    );
+    d.clear_fault("NodeUnstageVolume");
+    n.node_unstage_volume(unstage_req("vol-t", &staging))
+        .await
+        .expect("cleared");
+}

@@ -177,6 +177,22 @@ pub enum Fault {
     FailOnce(Code, String),
     /// Never answer until the fault is cleared (then do the work).
     Hang,
+    /// Fail the next `n` calls, then work again (the fault goes by
+    /// itself), as upstream csi_mock's hooks failing the first calls do.
+    FailTimes(u32, Code, String),
+    /// Do the work, then answer with this code and message until cleared:
+    /// a driver whose operation went through but reported an error (an
+    /// unstage that unmounted, then timed out answering), which leaves no
+    /// mount behind as upstream's mock driver, which mounts nothing, does.
+    FailAfterWork(Code, String),
+}
+
+/// What a method's fault lets it do.
+pub(crate) enum Gate {
+    /// Work and answer.
+    Work,
+    /// Work, then answer with this error.
+    WorkThenFail(Status),
 }
 
 /// A published target.
@@ -237,23 +253,40 @@ impl Driver {
     }
 
     /// Waits out or applies the fault set for `method`, if any.
-    pub async fn gate(&self, method: &str) -> Result<(), Status> {
+    pub async fn gate(&self, method: &str) -> Result<Gate, Status> {
         let mut changed = self.0.fault_changed.subscribe();
         loop {
             let fault = {
                 let mut faults = self.0.faults.lock();
-                let f = faults.get(method).or_else(|| faults.get("*")).cloned();
-                if let Some(Fault::FailOnce(..)) = f
-                    && faults.remove(method).is_none()
-                {
-                    faults.remove("*");
+                let key = if faults.contains_key(method) {
+                    method
+                } else {
+                    "*"
+                };
+                let f = faults.get(key).cloned();
+                match &f {
+                    Some(Fault::FailOnce(..)) | Some(Fault::FailTimes(0 | 1, ..)) => {
+                        faults.remove(key);
+                    }
+                    Some(Fault::FailTimes(n, code, msg)) => {
+                        let next = Fault::FailTimes(n - 1, *code, msg.clone());
+                        faults.insert(key.to_string(), next);
+                    }
+                    _ => {}
                 }
                 f
             };
             match fault {
-                None => return Ok(()),
-                Some(Fault::Fail(code, msg) | Fault::FailOnce(code, msg)) => {
+                None | Some(Fault::FailTimes(0, ..)) => return Ok(Gate::Work),
+                Some(
+                    Fault::Fail(code, msg)
+                    | Fault::FailOnce(code, msg)
+                    | Fault::FailTimes(_, code, msg),
+                ) => {
                     return Err(Status::new(code, msg));
+                }
+                Some(Fault::FailAfterWork(code, msg)) => {
+                    return Ok(Gate::WorkThenFail(Status::new(code, msg)));
                 }
                 Some(Fault::Hang) => {
                     if changed.changed().await.is_err() {
@@ -275,7 +308,8 @@ impl Driver {
         F: std::future::Future<Output = Result<T, Status>>,
     {
         let result = match self.gate(method).await {
-            Ok(()) => work.await,
+            Ok(Gate::Work) => work.await,
+            Ok(Gate::WorkThenFail(status)) => work.await.and(Err(status)),
             Err(s) => Err(s),
         };
         let code = result.as_ref().err().map_or(Code::Ok, Status::code);

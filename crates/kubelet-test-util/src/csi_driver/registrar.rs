@@ -33,7 +33,9 @@ impl Registration for Registrar {
         &self,
         _: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::PluginInfo>, Status> {
-        self.driver.gate("GetInfo").await?;
+        if let super::Gate::WorkThenFail(status) = self.driver.gate("GetInfo").await? {
+            return Err(status);
+        }
         Ok(Response::new(pb::PluginInfo {
             r#type: "CSIPlugin".into(),
             name: self.driver.config().name,
