@@ -90,3 +90,80 @@ async fn a_stage_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stops(
     env.call("NodeUnstageVolume").await;
     env.j.cleanup().await;
 }
+
+/// Upstream `checkNodeAffinity` (operation generator): a claim bound to a
+/// CSI PV whose node affinity excludes this node is refused with
+/// upstream's `FailedMount` text before any driver call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pv_whose_node_affinity_excludes_the_node_is_never_staged() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::Api;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let env = Env::start(DriverSpec {
+        attach_required: Some(false),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(j.admin.clone(), "default");
+    let c: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "claim-n"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-n",
+            "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .expect("pvc");
+    let c = claims
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("create pvc");
+    let mut pv = kubelet_test_util::csi_driver::api::csi_pv(
+        "pv-n",
+        DRIVER,
+        "vol-n",
+        ("default", "claim-n"),
+        None,
+        None,
+        "Filesystem",
+    );
+    pv["spec"]["claimRef"]["uid"] = serde_json::json!(c.metadata.uid);
+    pv["spec"]["nodeAffinity"] = serde_json::json!({"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+            "values": ["another-node"]}]}]}});
+    let pv: PersistentVolume = serde_json::from_value(pv).expect("pv");
+    Api::<PersistentVolume>::all(j.admin.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create pv");
+    claims
+        .patch_status(
+            "claim-n",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Bound",
+                "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
+        )
+        .await
+        .expect("bind");
+    j.create_pod("elsewhere", claim_pod("claim-n")).await;
+    let want =
+        "MountVolume.NodeAffinity check failed for volume \"pv-n\" : no matching NodeSelectorTerms";
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = j.pod_events("elsewhere");
+        if events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "FailedMount" && m == want)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no FailedMount event {want:?}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.driver.calls_of("NodeStageVolume").is_empty());
+    assert!(env.driver.calls_of("NodePublishVolume").is_empty());
+    assert_ne!(phase(j.api_pod("elsewhere").as_ref()), Some("Running"));
+    env.delete_pod("elsewhere").await;
+    env.j.cleanup().await;
+}

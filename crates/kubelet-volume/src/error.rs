@@ -23,6 +23,12 @@ pub enum Error {
     /// is upstream's.
     #[error("{0}")]
     Invalid(String),
+    /// A step of the operation other than the set-up itself failed (upstream
+    /// `GenerateError` with its own prefix, e.g. `MountVolume.NodeAffinity
+    /// check failed for volume "pv-1" : ...`): the message is the whole
+    /// event text, used as is.
+    #[error("{0}")]
+    Phased(String),
     /// A file system operation failed.
     #[error("{context} {path}: {source}")]
     Io {

@@ -134,7 +134,7 @@ pub async fn set_up_bound(
         });
     }
     if let Err(e) = check_node_affinity(pv, &host.node_labels()) {
-        return Err(Error::Invalid(format!(
+        return Err(Error::Phased(format!(
             "MountVolume.NodeAffinity check failed for volume {pv_name:?} : {e}"
         )));
     }

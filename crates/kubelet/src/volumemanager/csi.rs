@@ -117,6 +117,13 @@ impl CsiVolumes {
             };
             return Some(kubelet_volume::pvc::set_up_bound(host, req, pv, read_only).await);
         }
+        // Upstream `checkNodeAffinity` before any driver call.
+        if let Err(e) = kubelet_volume::pvc::check_node_affinity(pv, &host.node_labels()) {
+            let name = pv.metadata.name.as_deref().unwrap_or_default();
+            return Some(Err(kubelet_volume::Error::Phased(format!(
+                "MountVolume.NodeAffinity check failed for volume {name:?} : {e}"
+            ))));
+        }
         let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
         if let Err(e) = super::csi_block::check_volume_mode(pod, volume, block) {
             return Some(Err(kubelet_volume::Error::Invalid(e)));

@@ -324,6 +324,9 @@ async fn set_up(inner: &Arc<Inner>, uid: &str, name: &str) {
         Ok(Err(kubelet_volume::Error::Plugin(e))) => {
             failed(inner, &pod, uid, name, Failure::Phased(e.to_string()))
         }
+        Ok(Err(kubelet_volume::Error::Phased(message))) => {
+            failed(inner, &pod, uid, name, Failure::Phased(message))
+        }
         Ok(Err(e)) => failed(inner, &pod, uid, name, Failure::SetUp(e.to_string())),
         Err(_) => failed(
             inner,
