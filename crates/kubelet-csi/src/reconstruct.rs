@@ -174,6 +174,23 @@ impl CsiPlugin {
         fs_type: &str,
         access_mode: &str,
     ) -> Result<Option<i64>> {
+        let opts = ExpandOptions {
+            fs_type,
+            access_mode,
+            ..ExpandOptions::default()
+        };
+        self.expand_with(pod_uid, spec_name, new_size, opts).await
+    }
+
+    /// [`CsiPlugin::expand`] with the PV's mount options and the secrets
+    /// of its `nodeExpandSecretRef` (upstream `nodeExpandWithClient`).
+    pub async fn expand_with(
+        &self,
+        pod_uid: &str,
+        spec_name: &str,
+        new_size: i64,
+        opts: ExpandOptions<'_>,
+    ) -> Result<Option<i64>> {
         let data = load_volume_data(&self.layout.pod_volume_dir(pod_uid, spec_name)).await?;
         let get = |k: &str| data.get(k).cloned().unwrap_or_default();
         let (driver, handle) = (get(keys::DRIVER_NAME), get(keys::VOLUME_HANDLE));
@@ -200,12 +217,12 @@ impl CsiPlugin {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             volume_capability: Some(volume_capability(
-                csi_access_mode(access_mode, caps.single_node_multi_writer),
-                fs_type,
-                &[],
+                csi_access_mode(opts.access_mode, caps.single_node_multi_writer),
+                opts.fs_type,
+                opts.mount_options,
                 None,
             )),
-            secrets: Default::default(),
+            secrets: opts.secrets,
         };
         client
             .node_expand(req, self.timeouts.operation)
@@ -213,6 +230,19 @@ impl CsiPlugin {
             .map(Some)
             .map_err(|e| e.phase("MountVolume.NodeExpandVolume", spec_name))
     }
+}
+
+/// What a `NodeExpandVolume` carries beside the volume and its size.
+#[derive(Debug, Default)]
+pub struct ExpandOptions<'a> {
+    /// The PV's `csi.fsType`.
+    pub fs_type: &'a str,
+    /// The PV's first access mode (`ReadWriteOnce` when it has none).
+    pub access_mode: &'a str,
+    /// The PV's `mountOptions`.
+    pub mount_options: &'a [String],
+    /// The data of the PV's `csi.nodeExpandSecretRef`.
+    pub secrets: std::collections::HashMap<String, String>,
 }
 
 #[cfg(test)]

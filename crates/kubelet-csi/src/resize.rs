@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::json;
 
 use crate::plugin::{CsiPlugin, CsiVolume};
+use crate::reconstruct::ExpandOptions;
 use crate::{Error, Result};
 
 /// The condition the resizer sets while the node has work to do.
@@ -103,14 +104,34 @@ impl CsiPlugin {
             read_only: false,
         }
         .facts(pod_uid)?;
+        let spec = pv.spec.as_ref();
+        let secrets = match spec
+            .and_then(|s| s.csi.as_ref())
+            .and_then(|c| c.node_expand_secret_ref.as_ref())
+        {
+            Some(r) => crate::mounter::secrets(self.host.as_ref(), r, "")
+                .await
+                .map_err(|e| {
+                    Error::InvalidSpec(format!(
+                        "expander.NodeExpand failed to get NodeExpandSecretRef {}/{}: {e}",
+                        r.namespace.as_deref().unwrap_or_default(),
+                        r.name.as_deref().unwrap_or_default()
+                    ))
+                    .phase("MountVolume.NodeExpandVolume", &facts.spec_name)
+                })?,
+            None => Default::default(),
+        };
+        let mount_options = spec
+            .and_then(|s| s.mount_options.clone())
+            .unwrap_or_default();
+        let opts = ExpandOptions {
+            fs_type: &facts.fs_type,
+            access_mode: &facts.access_mode,
+            mount_options: &mount_options,
+            secrets,
+        };
         let grown = self
-            .expand(
-                pod_uid,
-                &facts.spec_name,
-                size,
-                &facts.fs_type,
-                &facts.access_mode,
-            )
+            .expand_with(pod_uid, &facts.spec_name, size, opts)
             .await?;
         if grown.is_some() {
             tracing::info!(volume = %facts.spec_name, size, "MountVolume.NodeExpandVolume succeeded");

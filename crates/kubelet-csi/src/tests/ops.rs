@@ -232,6 +232,77 @@ async fn stats_and_expand_follow_the_capabilities() {
     assert!(calls.iter().any(|c| matches!(c, Call::Expand(x) if x.capacity_range.as_ref().map(|r| r.required_bytes) == Some(2048))));
 }
 
+/// Upstream `nodeExpandWithClient`: the PV's `nodeExpandSecretRef` data
+/// and mount options go with `NodeExpandVolume` (csi_mock "CSI online
+/// volume expansion with secret"); a missing secret fails the expansion
+/// with upstream's text.
+#[tokio::test]
+async fn node_expand_passes_the_expand_secret_and_mount_options() {
+    let e = env(Timeouts::default());
+    let d = e
+        .driver(caps(&[Cap::ExpandVolume, Cap::StageUnstageVolume]))
+        .await;
+    e.csi_driver(no_attach());
+    for name in ["stage", "pub"] {
+        secret(&e.host, name, "k");
+    }
+    let mut pv = pv("pv-12", "vol-12");
+    if let Some(csi) = pv.spec.as_mut().and_then(|s| s.csi.as_mut()) {
+        csi.node_expand_secret_ref = Some(SecretReference {
+            name: Some("expand".into()),
+            namespace: Some("sec".into()),
+        });
+    }
+    e.plugin
+        .set_up(
+            &pod("uid-12"),
+            CsiVolume::Persistent {
+                pv: &pv,
+                read_only: false,
+            },
+        )
+        .await
+        .expect("set up");
+    let err = e
+        .plugin
+        .node_expand("uid-12", &pv, 4096)
+        .await
+        .expect_err("no such secret");
+    assert!(
+        err.to_string().starts_with(
+            "MountVolume.NodeExpandVolume failed for volume \"pv-12\" : expander.NodeExpand failed to get NodeExpandSecretRef sec/expand: "
+        ),
+        "{err}"
+    );
+    assert!(!d.calls().iter().any(|c| matches!(c, Call::Expand(_))));
+
+    secret(&e.host, "expand", "password");
+    assert!(
+        e.plugin
+            .node_expand("uid-12", &pv, 4096)
+            .await
+            .expect("grown")
+    );
+    let expand = d
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            Call::Expand(x) => Some(x),
+            _ => None,
+        })
+        .expect("NodeExpandVolume");
+    assert_eq!(
+        expand.secrets.get("password").map(String::as_str),
+        Some("s3cr3t")
+    );
+    assert!(!expand.staging_target_path.is_empty(), "the staging path");
+    let flags = match expand.volume_capability.and_then(|c| c.access_type) {
+        Some(crate::pb::volume_capability::AccessType::Mount(m)) => m.mount_flags,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(flags, vec!["noatime".to_string()]);
+}
+
 #[tokio::test]
 async fn an_unregistered_driver_is_upstreams_error() {
     let e = env(Timeouts::default());
