@@ -22,6 +22,9 @@ use kubelet_rs_integration::BUSYBOX;
 use kubelet_rs_integration::cluster::{Joined, phase, sleeper};
 use serde_json::json;
 
+#[path = "pod_resources_e2e.rs"]
+mod pod_resources_e2e;
+
 const RESOURCE: &str = "example.com/resource";
 const T: Duration = Duration::from_secs(90);
 

@@ -1,5 +1,6 @@
-//! A client of the API (upstream `podresources.GetV1Client`): dials the
-//! kubelet's socket within a deadline, as monitoring agents do.
+//! Clients of the API (upstream `podresources.GetV1Client` and
+//! `GetV1alpha1Client`): dial the kubelet's socket within a deadline, as
+//! monitoring agents do.
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,6 +20,26 @@ pub async fn v1_client(
     socket: &Path,
     timeout: Duration,
 ) -> Result<PodResourcesListerClient<Channel>, Error> {
+    dial(socket, timeout)
+        .await
+        .map(PodResourcesListerClient::new)
+}
+
+/// Connects to the deprecated v1alpha1 API on `socket`, failing after `timeout`.
+///
+/// # Errors
+/// [`Error::Dial`] when the socket does not answer in time.
+pub async fn v1alpha1_client(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<crate::pb_v1alpha1::pod_resources_lister_client::PodResourcesListerClient<Channel>, Error>
+{
+    dial(socket, timeout)
+        .await
+        .map(crate::pb_v1alpha1::pod_resources_lister_client::PodResourcesListerClient::new)
+}
+
+async fn dial(socket: &Path, timeout: Duration) -> Result<Channel, Error> {
     let path = socket.to_path_buf();
     let endpoint = Endpoint::from_static("http://[::]:50051").connect_timeout(timeout);
     let connect = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
@@ -30,7 +51,7 @@ pub async fn v1_client(
         reason,
     };
     match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(channel)) => Ok(PodResourcesListerClient::new(channel)),
+        Ok(Ok(channel)) => Ok(channel),
         Ok(Err(e)) => Err(dial(format!("{e:?}"))),
         Err(_) => Err(dial(format!("no answer within {timeout:?}"))),
     }

@@ -16,7 +16,7 @@ mod server_v1alpha1;
 #[cfg(test)]
 mod tests;
 
-pub use client::v1_client;
+pub use client::{v1_client, v1alpha1_client};
 pub use error::Error;
 pub use metrics::{ApiMethod, NoMetrics, PodResourcesMetrics};
 pub use providers::{
