@@ -26,17 +26,25 @@ pub(crate) struct Env {
 }
 
 impl Env {
-    pub(crate) async fn start(spec: DriverSpec) -> Env {
-        // Node status each second: `status.volumesInUse` is checked.
+    /// [`Env::start`] with the driver configured by `cfg` before it
+    /// registers, and without a CSIDriver object when `spec` is `None`
+    /// (upstream csi_mock's `registerDriver: false`).
+    pub(crate) async fn start_with(
+        spec: Option<DriverSpec>,
+        cfg: impl FnOnce(&mut DriverConfig),
+    ) -> Env {
         let j = Joined::start_with(Options::default(), |f, _| {
             f.node_status_update_frequency = Some("1s".into());
         })
         .await;
-        create_csi_driver(&j.admin, DRIVER, &spec)
-            .await
-            .expect("CSIDriver");
+        if let Some(spec) = &spec {
+            create_csi_driver(&j.admin, DRIVER, spec)
+                .await
+                .expect("CSIDriver");
+        }
         let data = tempfile::tempdir().expect("data dir");
-        let config = DriverConfig::new(DRIVER, &j.node.name, data.path());
+        let mut config = DriverConfig::new(DRIVER, &j.node.name, data.path());
+        cfg(&mut config);
         let driver = CsiDriver::start_in_root(config, &j.node.root_dir())
             .await
             .expect("driver");
@@ -49,6 +57,87 @@ impl Env {
         };
         env.wait_csi_node_lists_driver().await;
         env
+    }
+
+    /// Replaces the driver's CSIDriver object with one of `spec`, or
+    /// removes it (the driver's deployment changed).
+    pub(crate) async fn set_csi_driver(&self, spec: Option<&DriverSpec>) {
+        use k8s_openapi::api::storage::v1::CSIDriver;
+        let api = Api::<CSIDriver>::all(self.j.admin.clone());
+        if api.get_opt(DRIVER).await.expect("get CSIDriver").is_some() {
+            api.delete(DRIVER, &Default::default())
+                .await
+                .expect("delete CSIDriver");
+        }
+        if let Some(spec) = spec {
+            create_csi_driver(&self.j.admin, DRIVER, spec)
+                .await
+                .expect("CSIDriver");
+        }
+    }
+
+    /// Upstream csi_mock's `compareCSICalls`: the driver's calls of the
+    /// `tracked` methods, repeats of one method and code squashed into one,
+    /// must be a prefix of `expected`; how many matched, or what differs.
+    pub(crate) fn compare_calls(
+        &self,
+        tracked: &[&str],
+        expected: &[(&str, Code)],
+    ) -> Result<usize, String> {
+        let mut got: Vec<(&str, Code)> = Vec::new();
+        for c in self.driver.calls() {
+            if tracked.contains(&c.method) && got.last() != Some(&(c.method, c.code)) {
+                got.push((c.method, c.code));
+            }
+        }
+        for (i, call) in got.iter().enumerate() {
+            match expected.get(i) {
+                Some(want) if want == call => {}
+                Some(want) => {
+                    return Err(format!(
+                        "unexpected CSI call {i}: expected {want:?}, got {call:?}; calls {got:?}"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "{} unexpected CSI driver calls: {got:?}",
+                        got.len() - expected.len()
+                    ));
+                }
+            }
+        }
+        Ok(got.len())
+    }
+
+    /// Waits until the first `upto` calls of `expected` came (see
+    /// [`Env::compare_calls`]); panics at an unexpected call.
+    pub(crate) async fn wait_calls(
+        &self,
+        tracked: &[&str],
+        expected: &[(&str, Code)],
+        upto: usize,
+    ) {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            match self.compare_calls(tracked, expected) {
+                Ok(n) if n >= upto => return,
+                Ok(n) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "only {n} of the expected calls {expected:?} came"
+                ),
+                Err(e) => panic!("{e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The claim `name`'s stored object.
+    pub(crate) fn claim(&self, name: &str) -> Option<Value> {
+        self.j.api.get("persistentvolumeclaims", "default", name)
+    }
+
+    pub(crate) async fn start(spec: DriverSpec) -> Env {
+        Self::start_with(Some(spec), |_| {}).await
     }
 
     pub(crate) async fn wait_csi_node_lists_driver(&self) {
@@ -96,15 +185,7 @@ impl Env {
             .create(&PostParams::default(), &c)
             .await
             .expect("create pvc");
-        let mut v = csi_pv(
-            pv,
-            DRIVER,
-            handle,
-            ("default", claim),
-            None,
-            None,
-            mode,
-        );
+        let mut v = csi_pv(pv, DRIVER, handle, ("default", claim), None, None, mode);
         v["spec"]["claimRef"]["uid"] = json!(c.metadata.uid);
         let v: PersistentVolume = serde_json::from_value(v).expect("pv");
         Api::<PersistentVolume>::all(self.j.admin.clone())
