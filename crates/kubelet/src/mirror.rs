@@ -131,7 +131,7 @@ impl MirrorManager {
                 None => self.create(sp, &node_uid).await,
             }
         }
-        if !self.sources_ready.all_ready() {
+        if !self.sources_ready.all_handled() {
             return;
         }
         for m in self.mirror.get_mirror_pods() {

@@ -75,7 +75,7 @@ impl Collector {
                 self.policy.min_age,
                 self.policy.max_per_pod_container,
                 self.policy.max_containers,
-                self.sources_ready.all_ready(),
+                self.sources_ready.all_handled(),
                 evict_non_deleted_pods,
                 &state,
             )

@@ -126,7 +126,7 @@ impl VolumeWiring<'_> {
         // nothing of it any more (upstream `cleanupOrphanedPodDirs` skips
         // pods in the running set).
         let may_clean_orphan = Box::new(move |uid: &str| {
-            ready.all_ready()
+            ready.all_handled()
                 && !pods.contains(uid)
                 && cache.timestamp().is_some()
                 && cache

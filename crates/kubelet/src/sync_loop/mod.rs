@@ -343,7 +343,7 @@ impl SyncLoop {
     /// forget workers of pods that are gone.
     async fn housekeeping(&self) {
         self.workers.gc_backoff();
-        if !self.sources_ready.all_ready() {
+        if !self.sources_ready.all_handled() {
             return;
         }
         let desired = self.desired.snapshot();

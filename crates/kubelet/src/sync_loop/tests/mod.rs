@@ -279,6 +279,12 @@ async fn housekeeping_cleans_up_orphans_only_once_sources_are_ready() {
     assert!(h.workers.gc.load(Ordering::SeqCst) >= 2, "backoff GC runs");
     h.ready.mark(Source::File);
     tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
+    assert!(
+        h.workers.take().is_empty(),
+        "nothing is cleaned up before the loop handled every source's pods"
+    );
+    h.ready.mark_handled(Source::File);
+    tokio::time::sleep(HOUSEKEEPING_PERIOD).await;
     let work = h.workers.take();
     assert_eq!(
         work,
@@ -344,6 +350,7 @@ async fn a_stalled_loop_fails_the_syncloop_check() {
     // Housekeeping now blocks on a runtime that never answers.
     h.pleg.hang.store(true, Ordering::SeqCst);
     h.ready.mark(Source::File);
+    h.ready.mark_handled(Source::File);
     tokio::time::sleep(Duration::from_secs(299)).await;
     assert_eq!(checks.run("syncloop"), Some(Ok(())), "within 5 minutes");
     tokio::time::sleep(Duration::from_secs(5)).await;
