@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
@@ -335,5 +336,35 @@ async fn v1alpha1_lists_every_pod_with_regular_containers_only() {
         *s.metrics.counts.lock(),
         vec![("request", ApiMethod::V1alpha1List)]
     );
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn the_v1_and_v1alpha1_clients_dial_the_socket_and_a_missing_one_fails() {
+    let s = start(RateLimit::default()).await;
+    let socket = socket_path(s._tmp.path());
+    let mut v1 = crate::v1_client(&socket, Duration::from_secs(5))
+        .await
+        .expect("v1 client");
+    let v1_list = v1
+        .list(ListPodResourcesRequest {})
+        .await
+        .expect("v1 list")
+        .into_inner();
+    assert_eq!(v1_list.pod_resources.len(), 2, "active pods only");
+    let mut alpha = crate::v1alpha1_client(&socket, Duration::from_secs(5))
+        .await
+        .expect("v1alpha1 client");
+    let alpha_list = alpha
+        .list(crate::pb_v1alpha1::ListPodResourcesRequest {})
+        .await
+        .expect("v1alpha1 list")
+        .into_inner();
+    assert_eq!(alpha_list.pod_resources.len(), 3, "every pod");
+    let missing = s._tmp.path().join("nothing.sock");
+    let err = crate::v1alpha1_client(&missing, Duration::from_secs(1))
+        .await
+        .expect_err("no socket");
+    assert!(matches!(err, crate::Error::Dial { .. }), "{err}");
     s.stop.cancel();
 }

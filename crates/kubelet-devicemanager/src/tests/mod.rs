@@ -3,3 +3,4 @@
 
 mod admission_tests;
 mod manager_tests;
+mod stub_tests;
