@@ -543,3 +543,24 @@ async fn metrics_count_the_calls_and_a_tight_loop_hits_the_rate_limit() {
     assert!(limited > 0, "never hit the rate limit in {tries} calls");
     j.cleanup().await;
 }
+
+/// "with disabled KubeletPodResourcesGet feature gate: should return the
+/// expected error with the feature gate disabled"; `List` still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_fails_with_its_feature_gate_disabled() {
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.feature_gates = Some("KubeletPodResourcesGet=false".into());
+    })
+    .await;
+    let mut c = client(&j.node.root_dir()).await;
+    let e = c
+        .get(GetPodResourcesRequest {
+            pod_name: "test".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .expect_err("Get is disabled");
+    assert_eq!(e.message(), "PodResources API Get method disabled");
+    c.list(ListPodResourcesRequest {}).await.expect("List");
+    j.cleanup().await;
+}

@@ -25,7 +25,7 @@ pub use providers::{
 };
 pub use ratelimit::{DEFAULT_BURST_TOKENS, DEFAULT_QPS, RateLimit};
 pub use serve::{POD_RESOURCES_DIR_MODE, bind, serve, socket_path};
-pub use server::PodResourcesServer;
+pub use server::{GET_FEATURE_GATE, PodResourcesServer};
 
 /// The directory of the socket under the kubelet's root directory (upstream
 /// `config.DefaultKubeletPodResourcesDirName`).

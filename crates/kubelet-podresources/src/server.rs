@@ -23,7 +23,15 @@ pub struct PodResourcesServer {
     pub(crate) providers: PodResourcesProviders,
     limit: Arc<RateLimit>,
     metrics: Arc<dyn PodResourcesMetrics>,
+    get_enabled: bool,
 }
+
+/// The feature gate guarding `Get` (upstream `KubeletPodResourcesGet`:
+/// alpha in 1.27, beta and on by default from 1.34).
+pub const GET_FEATURE_GATE: &str = "KubeletPodResourcesGet";
+
+/// `Get`'s error while [`GET_FEATURE_GATE`] is off (upstream's message).
+pub(crate) const GET_DISABLED: &str = "PodResources API Get method disabled";
 
 impl PodResourcesServer {
     /// A server reading `providers`, admitting requests through `limit`
@@ -33,7 +41,17 @@ impl PodResourcesServer {
             providers,
             limit: Arc::new(limit),
             metrics: Arc::new(NoMetrics),
+            get_enabled: true,
         }
+    }
+
+    /// Serves `Get` only when `enabled` (the [`GET_FEATURE_GATE`] gate);
+    /// otherwise `Get` fails with upstream's "PodResources API Get method
+    /// disabled".
+    #[must_use]
+    pub fn with_get_enabled(mut self, enabled: bool) -> Self {
+        self.get_enabled = enabled;
+        self
     }
 
     /// Counts requests in `metrics`.
@@ -103,6 +121,11 @@ impl PodResourcesLister for PodResourcesServer {
         request: Request<GetPodResourcesRequest>,
     ) -> Result<Response<GetPodResourcesResponse>, Status> {
         self.admit(ApiMethod::Get)?;
+        if !self.get_enabled {
+            self.metrics.error(ApiMethod::Get);
+            // A plain Go error upstream, which gRPC sends as Unknown.
+            return Err(Status::unknown(GET_DISABLED));
+        }
         let req = request.into_inner();
         let Some(pod) = self
             .providers

@@ -148,6 +148,10 @@ struct Served {
 }
 
 async fn start(limit: RateLimit) -> Served {
+    start_with(limit, true).await
+}
+
+async fn start_with(limit: RateLimit, get_enabled: bool) -> Served {
     let tmp = tempfile::tempdir().expect("tempdir");
     let socket = socket_path(tmp.path());
     assert_eq!(socket, tmp.path().join("pod-resources/kubelet.sock"));
@@ -179,7 +183,9 @@ async fn start(limit: RateLimit) -> Served {
     let listener = bind(&socket).await.expect("bind");
     let stop = CancellationToken::new();
     let metrics = Arc::new(FakeMetrics::default());
-    let server = PodResourcesServer::new(providers, limit).with_metrics(metrics.clone());
+    let server = PodResourcesServer::new(providers, limit)
+        .with_metrics(metrics.clone())
+        .with_get_enabled(get_enabled);
     tokio::spawn(serve(listener, server, stop.clone()));
     let channel = channel(&socket).await;
     Served {
@@ -366,5 +372,30 @@ async fn the_v1_and_v1alpha1_clients_dial_the_socket_and_a_missing_one_fails() {
         .await
         .expect_err("no socket");
     assert!(matches!(err, crate::Error::Dial { .. }), "{err}");
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn get_fails_with_upstreams_error_while_its_feature_gate_is_off() {
+    let mut s = start_with(RateLimit::default(), false).await;
+    let err = s
+        .client
+        .get(GetPodResourcesRequest {
+            pod_name: "gpu-pod".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .expect_err("Get is disabled");
+    assert_eq!(err.code(), tonic::Code::Unknown);
+    assert_eq!(err.message(), "PodResources API Get method disabled");
+    assert_eq!(
+        *s.metrics.counts.lock(),
+        vec![("request", ApiMethod::Get), ("error", ApiMethod::Get)]
+    );
+    // List is not gated.
+    s.client
+        .list(ListPodResourcesRequest {})
+        .await
+        .expect("list");
     s.stop.cancel();
 }

@@ -31,6 +31,8 @@ pub(super) struct Devices {
     pub manager: DeviceManager,
     pub active: Arc<KubeletActivePods>,
     listener: UnixListener,
+    /// The `KubeletPodResourcesGet` feature gate (on unless set off).
+    get_enabled: bool,
 }
 
 /// Starts the device manager (its checkpoint read and registration socket
@@ -54,10 +56,16 @@ pub(super) async fn build(
             return Err(AppError::PodResources(e));
         }
     };
+    let get_enabled = cfg
+        .feature_gates
+        .get(kubelet_podresources::GET_FEATURE_GATE)
+        .copied()
+        .unwrap_or(true);
     Ok(Devices {
         manager,
         active,
         listener,
+        get_enabled,
     })
 }
 
@@ -85,7 +93,8 @@ impl Devices {
             memory: Arc::new(kubelet_podresources::NoMemory),
         };
         let server = PodResourcesServer::new(providers, RateLimit::default())
-            .with_metrics(Arc::new(ResourceMetrics(w.metrics)));
+            .with_metrics(Arc::new(ResourceMetrics(w.metrics)))
+            .with_get_enabled(self.get_enabled);
         let cancel = stop.child_token();
         spawn_in(tasks, info_span!("pod_resources"), async move {
             if let Err(e) = kubelet_podresources::serve(self.listener, server, cancel).await {
