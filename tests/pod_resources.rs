@@ -181,5 +181,14 @@ async fn list_get_and_allocatable_report_the_devices_pods_hold() {
         flat(&dev.containers[0].devices),
         vec![(RESOURCE.to_string(), id.clone())]
     );
+    // A topology-unaware plugin's devices carry no topology (upstream
+    // "should return proper podresources the same as before the restart").
+    assert!(
+        dev.containers[0]
+            .devices
+            .iter()
+            .all(|d| d.topology.is_none()),
+        "{dev:#?}"
+    );
     j.cleanup().await;
 }
