@@ -148,6 +148,20 @@ async fn a_pod_pulls_a_private_image_with_the_credentials_a_plugin_supplies() {
     node.cleanup().await;
 }
 
+/// The double with the RBAC an operator applies for the plugin's audience:
+/// from 1.33 NodeRestriction lets a node request tokens only for audiences
+/// its pods use or RBAC grants it (`request-serviceaccounts-token-audience`).
+fn audience_rbac() -> Options {
+    Options {
+        access_rules: vec![apiserver_double::review::AccessRule::new(
+            apiserver_double::review::Subject::Group("system:nodes".into()),
+            &["request-serviceaccounts-token-audience"],
+            &["registry.test"],
+        )],
+        ..Options::default()
+    }
+}
+
 /// Service-account token mode (KEP-4412, `tokenAttributes`): the plugin is
 /// sent a token for the pod's service account with the configured audience,
 /// bound to the pod, and the annotations the config names. From 1.34 the
@@ -165,7 +179,7 @@ async fn a_plugin_in_token_mode_is_sent_a_token_for_the_pods_service_account() {
            cacheType: ServiceAccount\n    \
            optionalServiceAccountAnnotationKeys: [\"example.com/role\"]\n",
     );
-    let j = Joined::start_with(Options::default(), |f, _| {
+    let j = Joined::start_with(audience_rbac(), |f, _| {
         f.image_credential_provider_config = Some(config.clone());
         f.image_credential_provider_bin_dir = Some(bin.clone());
     })
@@ -257,7 +271,7 @@ async fn token_cache_type_answers_a_pods_second_pull_from_the_cache() {
            requireServiceAccount: true\n    \
            cacheType: Token\n",
     );
-    let j = Joined::start_with(Options::default(), |f, _| {
+    let j = Joined::start_with(audience_rbac(), |f, _| {
         f.image_credential_provider_config = Some(config.clone());
         f.image_credential_provider_bin_dir = Some(bin.clone());
     })

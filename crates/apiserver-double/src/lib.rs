@@ -36,6 +36,7 @@
 //! by kubelet-rs.
 
 pub mod admission;
+mod audience;
 pub mod auth;
 pub mod controllers;
 pub mod csr;

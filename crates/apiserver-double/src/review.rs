@@ -86,6 +86,21 @@ impl AccessRule {
     }
 }
 
+/// Whether `rules` grant `user` (in `groups`) `verb` on the core-group
+/// `resource` named `name` (RBAC as the double models it).
+pub(crate) fn rbac_allows(
+    rules: &[AccessRule],
+    user: &str,
+    groups: &[String],
+    verb: &str,
+    resource: &str,
+    name: &str,
+) -> bool {
+    rules
+        .iter()
+        .any(|r| r.binds(user, groups) && r.covers(verb, resource, "", name))
+}
+
 /// Whether `resource` is one of the review resources served here.
 pub(crate) fn is_review(resource: &str) -> bool {
     matches!(resource, "tokenreviews" | "subjectaccessreviews")

@@ -320,6 +320,15 @@ fn issue(
     };
     let sa = get("serviceaccounts", namespace, name)
         .ok_or_else(|| not_found("serviceaccounts", name))?;
+    // As the node sent them, for NodeRestriction (before defaulting).
+    let requested: Vec<String> = req
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
     // Defaults: the API audiences, one hour.
     let audiences: Vec<String> = match req.pointer("/spec/audiences").and_then(Value::as_array) {
         Some(a) if !a.is_empty() => a
@@ -400,6 +409,26 @@ fn issue(
                 name,
                 "node requested token bound to a pod scheduled on a different node",
             ));
+        }
+        if shared.options.profile.at_least(33) {
+            let rules = &shared.options.access_rules;
+            let rbac_allows = |audience: &str| {
+                crate::review::rbac_allows(
+                    rules,
+                    &who.user,
+                    &who.groups,
+                    "request-serviceaccounts-token-audience",
+                    audience,
+                    name,
+                )
+            };
+            let r = crate::audience::NodeTokenRequest {
+                audiences: &requested,
+                pod: &pod,
+                node,
+                rbac_allows: &rbac_allows,
+            };
+            crate::audience::check(&r, &get).map_err(|why| forbidden(name, &why))?;
         }
     }
     let mut pod = None;

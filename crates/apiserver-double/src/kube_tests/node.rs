@@ -39,7 +39,8 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
         json!({"volumes": [
             {"name": "s", "secret": {"secretName": "used"}},
             {"name": "d", "persistentVolumeClaim": {"claimName": "claim"}},
-            {"name": "api", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}}]}}]}),
+            {"name": "api", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}},
+                {"serviceAccountToken": {"path": "token"}}]}}]}),
     )
     .await;
     let n1 = c.node("n1").await;
@@ -125,6 +126,27 @@ async fn the_node_authorizer_follows_pods_bound_to_the_node() {
     )
     .await
     .expect("token for its pod");
+    // From 1.33 (ServiceAccountNodeAudienceRestriction) only for an audience
+    // the pod uses.
+    let other = sas
+        .create_token_request(
+            "default",
+            &PostParams::default(),
+            &token_request(Some(vec!["vault"]), None, Some(&pod)),
+        )
+        .await;
+    if c.api.profile().at_least(33) {
+        let (code, msg) = api_error(other.unwrap_err());
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                403,
+                "serviceaccounts \"default\" is forbidden: audience \"vault\" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"
+            )
+        );
+    } else {
+        other.expect("any audience before 1.33");
+    }
     let (code, msg) = api_error(
         sas.create_token_request(
             "default",
