@@ -248,6 +248,67 @@ async fn without_a_csi_driver_object_the_kubelet_waits_for_attach() {
     env.j.cleanup().await;
 }
 
+/// csi_mock "CSI attach test using mock driver": "should require
+/// VolumeAttach for ephemeral volume and drivers with attachment": a
+/// generic ephemeral volume's claim (`<pod>-<volume>`, made and owned by
+/// the ephemeral volume controller) of a driver that attaches is staged
+/// only once its VolumeAttachment is attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_waits_for_attach() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    let env = Env::start(DriverSpec {
+        attach_required: Some(true),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    let pod = j
+        .create_pod(
+            "geneph",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                    "volumeMounts": [{"name": "my-volume", "mountPath": "/mnt/test"}]}],
+                "volumes": [{"name": "my-volume", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}}}]
+            }),
+        )
+        .await;
+    // The ephemeral volume controller's and the provisioner's part.
+    let claim = format!("{}-my-volume", j.pod_name("geneph"));
+    env.bound_claim(&claim, "pv-geneph", "vol-geneph", "geneph")
+        .await;
+    Api::<PersistentVolumeClaim>::namespaced(j.admin.clone(), "default")
+        .patch(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}]}})),
+        )
+        .await
+        .expect("owner");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        env.driver.calls_of("NodeStageVolume").is_empty(),
+        "staged before attach"
+    );
+    assert_ne!(phase(j.api_pod("geneph").as_ref()), Some("Running"));
+    let made = attach_once(&j.admin, DRIVER).await.expect("attach");
+    assert_eq!(
+        made,
+        vec![attachment_name("vol-geneph", DRIVER, &j.node.name)]
+    );
+    j.wait_api("geneph", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    env.delete_pod("geneph").await;
+    env.call("NodeUnstageVolume").await;
+    env.j.cleanup().await;
+}
+
 /// csi_mock "CSI volume limit information using mock driver": "should
 /// report attach limit when limit is bigger than 0": the driver's
 /// `max_volumes_per_node` is the CSINode driver's `allocatable.count`
