@@ -64,7 +64,18 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 #[tokio::test]
 async fn a_pod_bound_token_is_requested_once_and_cached() {
     let c = Cluster::start_profile(Profile::V1_35, Default::default()).await;
-    let pod = bound_pod(&c, "p", &[]).await;
+    // A pod whose projected token is for `vault` (from 1.33 a node may
+    // request only the audiences its pods use).
+    let pod: Pod = create(
+        Api::namespaced(c.admin().await, "default"),
+        serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "t", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "t", "audience": "vault"}}]}}]}
+        }),
+    )
+    .await;
     let stop = CancellationToken::new();
     let m = TokenManager::new(
         Some(c.node_client("n1").await),
@@ -237,7 +248,9 @@ async fn removing_a_pod_drops_its_watches_and_tokens() {
             "metadata": {"name": "p", "namespace": "default"},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
                 "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}],
-                "imagePullSecrets": [{"name": "pull"}]}
+                "imagePullSecrets": [{"name": "pull"}],
+                "volumes": [{"name": "t", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "t"}}]}}]}
         }),
     )
     .await;
