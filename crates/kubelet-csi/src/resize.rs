@@ -90,6 +90,67 @@ pub fn resize_finished_patch(
     }
 }
 
+/// `allocatedResourceStatuses` values the kubelet writes for `storage`
+/// (upstream `ClaimResourceStatus`, RecoverVolumeExpansionFailure).
+pub mod resize_status {
+    /// The resizer grew the volume; the node's step is pending.
+    pub const NODE_RESIZE_PENDING: &str = "NodeResizePending";
+    /// The kubelet is expanding the volume on the node.
+    pub const NODE_RESIZE_IN_PROGRESS: &str = "NodeResizeInProgress";
+    /// The node's expansion failed with an error retrying cannot fix.
+    pub const NODE_RESIZE_INFEASIBLE: &str = "NodeResizeInfeasible";
+}
+
+/// The condition the kubelet sets when the node's expansion failed.
+pub const NODE_RESIZE_ERROR: &str = "NodeResizeError";
+
+/// Upstream csi `isInfeasibleError`: a driver's `InvalidArgument`,
+/// `OutOfRange` or `NotFound` to NodeExpandVolume means retrying with the
+/// same size cannot succeed.
+pub fn is_infeasible(e: &Error) -> bool {
+    match e {
+        Error::Grpc(s) => matches!(
+            s.code(),
+            tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound
+        ),
+        Error::Step { source, .. } | Error::Phase { source, .. } => is_infeasible(source),
+        _ => false,
+    }
+}
+
+/// The claim status patch marking the node's expansion in progress
+/// (upstream `MarkNodeExpansionInProgress`, guarded by the read version).
+pub fn node_expansion_in_progress_patch(pvc: &PersistentVolumeClaim) -> serde_json::Value {
+    let status = json!({"allocatedResourceStatuses":
+        {"storage": resize_status::NODE_RESIZE_IN_PROGRESS}});
+    match &pvc.metadata.resource_version {
+        Some(rv) => json!({"metadata": {"resourceVersion": rv}, "status": status}),
+        None => json!({"status": status}),
+    }
+}
+
+/// The claim status patch recording a failed node expansion (upstream
+/// `MarkNodeExpansionInfeasible` when `infeasible`, else
+/// `MarkNodeExpansionFailedCondition`): a `NodeResizeError` condition
+/// "failed to expand pvc with <error>", other resize conditions kept, and
+/// for an infeasible size the `NodeResizeInfeasible` status. `now` is the
+/// condition's transition time (RFC 3339). Not guarded by the version, as
+/// upstream.
+pub fn node_expansion_failed_patch(
+    message: &str,
+    infeasible: bool,
+    now: &str,
+) -> serde_json::Value {
+    let mut status = json!({"conditions": [{
+        "type": NODE_RESIZE_ERROR, "status": "True", "lastTransitionTime": now,
+        "message": format!("failed to expand pvc with {message}")}]});
+    if infeasible {
+        status["allocatedResourceStatuses"] =
+            json!({"storage": resize_status::NODE_RESIZE_INFEASIBLE});
+    }
+    json!({"status": status})
+}
+
 impl CsiPlugin {
     /// Grows the published volume of `pv` for pod `pod_uid` to `size`
     /// bytes (`NodeExpandVolume`); false when the driver needs no node step.
@@ -139,6 +200,40 @@ impl CsiPlugin {
         Ok(grown.is_some())
     }
 
+    /// Records in the claim's status that the node's expansion started
+    /// (upstream `MarkNodeExpansionInProgress`).
+    pub async fn mark_node_expansion_in_progress(&self, pvc: &PersistentVolumeClaim) -> Result<()> {
+        self.patch_claim(pvc, node_expansion_in_progress_patch(pvc))
+            .await
+    }
+
+    /// Records the node's failed expansion `e` in the claim's status
+    /// (upstream `MarkNodeExpansionInfeasible` / `MarkNodeExpansionFailedCondition`).
+    pub async fn mark_node_expansion_failed(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        e: &Error,
+    ) -> Result<()> {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let patch = node_expansion_failed_patch(&e.to_string(), is_infeasible(e), &now);
+        self.patch_claim(pvc, patch).await
+    }
+
+    async fn patch_claim(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        patch: serde_json::Value,
+    ) -> Result<()> {
+        let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pvc.metadata.name.as_deref().unwrap_or_default();
+        self.host
+            .patch_claim_status(ns, name, patch)
+            .await
+            .map_err(|e: Error| e.step(format!("failed to patch the status of claim {ns}/{name}")))
+    }
+
     /// Records the finished resize in the claim's status.
     pub async fn mark_resize_finished(
         &self,
@@ -175,6 +270,36 @@ mod tests {
             c["status"]["conditions"] = json!([{"type": FS_RESIZE_PENDING, "status": "True"}]);
         }
         serde_json::from_value(c).expect("pvc")
+    }
+
+    #[test]
+    fn node_expansion_progress_and_failures_are_upstreams_status() {
+        let mut c = pvc("1Gi", true);
+        c.metadata.resource_version = Some("7".into());
+        assert_eq!(
+            node_expansion_in_progress_patch(&c),
+            json!({"metadata": {"resourceVersion": "7"},
+                "status": {"allocatedResourceStatuses": {"storage": "NodeResizeInProgress"}}})
+        );
+        let bad = Error::Grpc(tonic::Status::invalid_argument("too big"))
+            .phase("MountVolume.NodeExpandVolume", "pv-1");
+        assert!(is_infeasible(&bad));
+        assert!(!is_infeasible(&Error::Grpc(tonic::Status::internal("x"))));
+        assert!(!is_infeasible(&Error::Grpc(
+            tonic::Status::deadline_exceeded("x")
+        )));
+        let when = "2026-01-01T00:00:00Z";
+        assert_eq!(
+            node_expansion_failed_patch("boom", true, when),
+            json!({"status": {"allocatedResourceStatuses": {"storage": "NodeResizeInfeasible"},
+                "conditions": [{"type": "NodeResizeError", "status": "True",
+                    "lastTransitionTime": when, "message": "failed to expand pvc with boom"}]}})
+        );
+        let p = node_expansion_failed_patch("boom", false, when);
+        assert!(
+            p["status"].get("allocatedResourceStatuses").is_none(),
+            "{p}"
+        );
     }
 
     #[test]

@@ -324,3 +324,42 @@ async fn an_unregistered_driver_is_upstreams_error() {
         "MountVolume.MountDevice failed for volume \"pv-11\" : kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name fake.csi.k8s.io not found in the list of registered CSI drivers"
     );
 }
+
+/// Upstream `NodeExpander`: the claim is marked NodeResizeInProgress before
+/// the driver's call, and a driver's `InvalidArgument` marks it
+/// NodeResizeInfeasible with a NodeResizeError condition.
+#[tokio::test]
+async fn node_expansion_progress_and_failure_reach_the_claims_status() {
+    let e = env(Timeouts::default());
+    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ns", "resourceVersion": "3"},
+            "status": {"capacity": {"storage": "1Gi"}}}))
+        .expect("pvc");
+    e.plugin
+        .mark_node_expansion_in_progress(&pvc)
+        .await
+        .expect("in progress");
+    let err = crate::Error::Grpc(tonic::Status::invalid_argument("too big"));
+    e.plugin
+        .mark_node_expansion_failed(&pvc, &err)
+        .await
+        .expect("failed");
+    let patches = e.host.state.lock().claim_patches.clone();
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert_eq!(
+        patches[0].1["status"]["allocatedResourceStatuses"]["storage"],
+        "NodeResizeInProgress"
+    );
+    assert_eq!(patches[0].1["metadata"]["resourceVersion"], "3");
+    let failed = &patches[1].1["status"];
+    assert_eq!(
+        failed["allocatedResourceStatuses"]["storage"],
+        "NodeResizeInfeasible"
+    );
+    assert_eq!(failed["conditions"][0]["type"], "NodeResizeError");
+    assert_eq!(
+        failed["conditions"][0]["message"],
+        "failed to expand pvc with rpc error: code = InvalidArgument desc = too big"
+    );
+}
