@@ -82,7 +82,9 @@ fn no_attach() -> DriverSpec {
 /// csi_mock "CSI workload information using mock driver" with a claim:
 /// "should not be passed when podInfoOnMount=nil", "should be passed when
 /// podInfoOnMount=true" (with `ephemeral` "false") and "should not be
-/// passed when podInfoOnMount=false"; and "CSIServiceAccountToken":
+/// passed when podInfoOnMount=false"; "CSI attach test using mock driver":
+/// "should not require VolumeAttach for drivers without attachment" (the
+/// pods run with no VolumeAttachment); and "CSIServiceAccountToken":
 /// "token should not be plumbed down when csiServiceAccountTokenEnabled=false"
 /// and "token should be plumbed down when csiServiceAccountTokenEnabled=true"
 /// (an empty audience, 10 minutes, `requiresRepublish`: published again).
@@ -119,6 +121,10 @@ async fn pod_info_and_tokens_follow_the_csi_driver_object() {
         }
         assert!(!ctx.contains_key(TOKENS), "{name}: {ctx:?}");
     }
+    // "should not require VolumeAttach for drivers without attachment":
+    // the pods ran without any VolumeAttachment.
+    let attachments = env.j.api.list("volumeattachments");
+    assert!(attachments.is_empty(), "{attachments:?}");
 
     // CSIServiceAccountToken, disabled: no tokenRequests, no republish.
     env.set_csi_driver(Some(&DriverSpec {
