@@ -118,6 +118,17 @@ pub fn is_infeasible(e: &Error) -> bool {
     }
 }
 
+/// Upstream csi `inUseError`: a driver's `FailedPrecondition` to
+/// NodeExpandVolume means it cannot grow the volume while it is in use;
+/// the mount goes on and the expansion waits for the next mount.
+pub fn is_in_use_error(e: &Error) -> bool {
+    match e {
+        Error::Grpc(s) => s.code() == tonic::Code::FailedPrecondition,
+        Error::Step { source, .. } | Error::Phase { source, .. } => is_in_use_error(source),
+        _ => false,
+    }
+}
+
 /// The claim status patch marking the node's expansion in progress
 /// (upstream `MarkNodeExpansionInProgress`, guarded by the read version).
 pub fn node_expansion_in_progress_patch(pvc: &PersistentVolumeClaim) -> serde_json::Value {
@@ -285,6 +296,9 @@ mod tests {
             .phase("MountVolume.NodeExpandVolume", "pv-1");
         assert!(is_infeasible(&bad));
         assert!(!is_infeasible(&Error::Grpc(tonic::Status::internal("x"))));
+        let busy = Error::Grpc(tonic::Status::failed_precondition("in use")).step("x");
+        assert!(is_in_use_error(&busy) && !is_infeasible(&busy));
+        assert!(!is_in_use_error(&bad));
         assert!(!is_infeasible(&Error::Grpc(
             tonic::Status::deadline_exceeded("x")
         )));
