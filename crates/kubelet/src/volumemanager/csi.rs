@@ -166,10 +166,29 @@ impl CsiVolumes {
             let uid = kubelet_types::pod::uid(pod);
             let lock = self.lock(&device);
             let _held = lock.lock().await;
-            self.plugin
-                .node_expand(uid, pv, size)
-                .await
-                .map_err(plugin_error)?;
+            if let Err(e) = self.plugin.node_expand(uid, pv, size).await {
+                // Resizers that track `allocatedResourceStatuses` (1.32+)
+                // learn of a final failure from the claim (upstream
+                // `NodeExpander`).
+                let tracked = pvc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocated_resource_statuses.as_ref())
+                    .is_some_and(|m| m.contains_key("storage"));
+                if tracked
+                    && e.is_final()
+                    && let Err(m) = self.plugin.mark_node_expansion_failed(pvc, &e).await
+                {
+                    warn!(error = %m, "Could not record the failed node expansion in the claim's status");
+                }
+                // A driver that cannot grow a volume in use: the mount goes
+                // on, the expansion is tried again at the next sync.
+                if kubelet_csi::resize::is_in_use_error(&e) {
+                    warn!(error = %e, "MountVolume.NodeExpandVolume failed: the volume cannot be expanded while in use; will retry");
+                    return Ok(());
+                }
+                return Err(plugin_error(e));
+            }
             self.expanded.lock().insert(device, size);
         }
         if let Err(e) = self.plugin.mark_resize_finished(pv, pvc).await {
