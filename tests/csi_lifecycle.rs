@@ -91,24 +91,23 @@ async fn a_stage_error_is_a_failed_mount_event_and_the_pod_starts_once_it_stops(
     env.j.cleanup().await;
 }
 
-/// Upstream `checkNodeAffinity` (operation generator): a claim bound to a
-/// CSI PV whose node affinity excludes this node is refused with
-/// upstream's `FailedMount` text before any driver call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pv_whose_node_affinity_excludes_the_node_is_never_staged() {
+/// A claim `claim` bound to a CSI PV `pv` (volume `handle`) whose node
+/// affinity requires label `key` to be `value`.
+async fn bind_with_affinity(
+    env: &Env,
+    claim: &str,
+    pv: &str,
+    handle: &str,
+    key: &str,
+    value: &str,
+) {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     use kube::Api;
     use kube::api::{Patch, PatchParams, PostParams};
-    let env = Env::start(DriverSpec {
-        attach_required: Some(false),
-        ..DriverSpec::default()
-    })
-    .await;
-    let j = &env.j;
-    let claims = Api::<PersistentVolumeClaim>::namespaced(j.admin.clone(), "default");
+    let claims = Api::<PersistentVolumeClaim>::namespaced(env.j.admin.clone(), "default");
     let c: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "claim-n"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-n",
+        "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
             "resources": {"requests": {"storage": "1Gi"}}}
     }))
     .expect("pvc");
@@ -116,33 +115,57 @@ async fn a_pv_whose_node_affinity_excludes_the_node_is_never_staged() {
         .create(&PostParams::default(), &c)
         .await
         .expect("create pvc");
-    let mut pv = kubelet_test_util::csi_driver::api::csi_pv(
-        "pv-n",
+    let mut v = kubelet_test_util::csi_driver::api::csi_pv(
+        pv,
         DRIVER,
-        "vol-n",
-        ("default", "claim-n"),
+        handle,
+        ("default", claim),
         None,
         None,
         "Filesystem",
     );
-    pv["spec"]["claimRef"]["uid"] = serde_json::json!(c.metadata.uid);
-    pv["spec"]["nodeAffinity"] = serde_json::json!({"required": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-            "values": ["another-node"]}]}]}});
-    let pv: PersistentVolume = serde_json::from_value(pv).expect("pv");
-    Api::<PersistentVolume>::all(j.admin.clone())
-        .create(&PostParams::default(), &pv)
+    v["spec"]["claimRef"]["uid"] = serde_json::json!(c.metadata.uid);
+    v["spec"]["nodeAffinity"] = serde_json::json!({"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]}});
+    let v: PersistentVolume = serde_json::from_value(v).expect("pv");
+    Api::<PersistentVolume>::all(env.j.admin.clone())
+        .create(&PostParams::default(), &v)
         .await
         .expect("create pv");
     claims
         .patch_status(
-            "claim-n",
+            claim,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"status": {"phase": "Bound",
                 "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
         )
         .await
         .expect("bind");
+}
+
+/// Upstream `checkNodeAffinity` (operation generator) against the Node's
+/// labels as the apiserver holds them: a claim bound to a CSI PV whose node
+/// affinity excludes this node is refused with upstream's `FailedMount`
+/// text before any driver call; one whose affinity names the driver's
+/// topology label (set on the Node at registration, not by the kubelet's
+/// own label set) is mounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pv_whose_node_affinity_excludes_the_node_is_never_staged() {
+    let env = Env::start(DriverSpec {
+        attach_required: Some(false),
+        ..DriverSpec::default()
+    })
+    .await;
+    let j = &env.j;
+    bind_with_affinity(
+        &env,
+        "claim-n",
+        "pv-n",
+        "vol-n",
+        "kubernetes.io/hostname",
+        "another-node",
+    )
+    .await;
     j.create_pod("elsewhere", claim_pod("claim-n")).await;
     let want =
         "MountVolume.NodeAffinity check failed for volume \"pv-n\" : no matching NodeSelectorTerms";
@@ -165,5 +188,22 @@ async fn a_pv_whose_node_affinity_excludes_the_node_is_never_staged() {
     assert!(env.driver.calls_of("NodePublishVolume").is_empty());
     assert_ne!(phase(j.api_pod("elsewhere").as_ref()), Some("Running"));
     env.delete_pod("elsewhere").await;
+
+    let node = j.node.name.clone();
+    bind_with_affinity(
+        &env,
+        "claim-t",
+        "pv-t",
+        "vol-t",
+        "topology.hostpath.csi/node",
+        &node,
+    )
+    .await;
+    std::fs::create_dir_all(env.driver.volume_path("vol-t")).expect("volume dir");
+    std::fs::write(env.driver.volume_path("vol-t").join("hello"), "topology").expect("file");
+    j.create_pod("here", claim_pod("claim-t")).await;
+    j.wait_api("here", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    env.delete_pod("here").await;
     env.j.cleanup().await;
 }

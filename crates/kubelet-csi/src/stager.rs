@@ -188,9 +188,23 @@ impl CsiPlugin {
     }
 
     /// Unstages the block volume `spec_name` (upstream `TearDownDevice`)
-    /// once no pod uses it, then removes its metadata and empty directories.
+    /// once no pod uses it, then removes its metadata and empty directories
+    /// (best effort, as upstream's `cleanupOrphanDeviceFiles`). Without
+    /// `vol_data.json` (which [`CsiPlugin::mount_device`] writes before
+    /// staging, and a successful unstage removes) it was never staged here,
+    /// or is unstaged already: nothing to do.
     pub async fn unmount_block_device(&self, spec_name: &str) -> Result<()> {
         let data_dir = self.layout.block_data_dir(spec_name);
+        let vol_data = data_dir.join(crate::paths::VOL_DATA_FILE);
+        if let Err(e) = tokio::fs::symlink_metadata(&vol_data).await
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            tracing::debug!(
+                spec_name,
+                "UnmapDevice: the block volume was never staged on this node"
+            );
+            return Ok(());
+        }
         let data = load_volume_data(&data_dir).await?;
         let get = |k: &str| data.get(k).cloned().unwrap_or_default();
         let staging = self.layout.block_staging_path(spec_name);
@@ -202,13 +216,15 @@ impl CsiPlugin {
         )
         .await
         .map_err(|e| e.phase("UnmapDevice", spec_name))?;
-        remove_if_present(&data_dir.join(crate::paths::VOL_DATA_FILE), true).await?;
+        remove_if_present(&vol_data, true).await?;
         for dir in [
             data_dir.clone(),
             self.layout.volume_devices_dir().join(spec_name),
             self.layout.block_publish_dir(spec_name),
         ] {
-            remove_if_present(&dir, false).await?;
+            if let Err(e) = remove_if_present(&dir, false).await {
+                tracing::warn!(dir = %dir.display(), error = %e, "UnmapDevice: could not remove a block volume directory");
+            }
         }
         Ok(())
     }

@@ -31,8 +31,13 @@ pub struct KubeletVolumeHost {
     pub pods: PodManager,
     /// This node.
     pub node_name: String,
-    /// This node's labels.
+    /// This node's labels as the kubelet registers them (upstream's
+    /// defaults and `--node-labels`): used until the Node is read back.
     pub node_labels: BTreeMap<String, String>,
+    /// The Node as the apiserver last returned it (cluster mode): its labels
+    /// include those others set (CSI topology, zones), as upstream's
+    /// `GetNodeLabels` reads them from the node lister.
+    pub latest_node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
     /// This node's allocatable resources.
     pub allocatable: BTreeMap<String, Quantity>,
 }
@@ -87,7 +92,12 @@ impl VolumeHost for KubeletVolumeHost {
     }
 
     fn node_labels(&self) -> BTreeMap<String, String> {
-        self.node_labels.clone()
+        let read = self.latest_node.as_ref().and_then(|rx| {
+            rx.borrow()
+                .as_ref()
+                .map(|n| n.metadata.labels.clone().unwrap_or_default())
+        });
+        read.unwrap_or_else(|| self.node_labels.clone())
     }
 
     fn node_allocatable(&self) -> BTreeMap<String, Quantity> {

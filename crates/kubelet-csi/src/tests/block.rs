@@ -68,6 +68,16 @@ async fn block_volume_stages_and_publishes_a_device_file_under_volume_devices() 
     assert!(
         matches!(&calls[3], Call::Unstage(u) if u.staging_target_path.ends_with("staging/pv-b"))
     );
+    // Unstaged already (or never staged): nothing more to do, no driver call.
+    e.plugin
+        .unmount_block_device("pv-b")
+        .await
+        .expect("unstaged already");
+    e.plugin
+        .unmount_block_device("never-staged")
+        .await
+        .expect("never staged");
+    assert_eq!(d.calls().len(), 4, "{:?}", d.calls());
 }
 
 #[tokio::test]

@@ -126,13 +126,26 @@ pub(crate) fn attach(file: &Path, deadline: Duration) -> std::io::Result<PathBuf
 }
 
 /// Detaches every loop device bound to `file`; how many there were. A
-/// device still open elsewhere is detached by the kernel at its last
-/// close (`losetup -d` sets autoclear on it).
+/// device still open elsewhere (a udev probe, a runtime) is detached by the
+/// kernel at its last close (`losetup -d` sets autoclear on it): this waits
+/// up to `deadline` for the devices to be gone, so callers see them gone.
 pub(crate) fn detach_all(file: &Path, deadline: Duration) -> std::io::Result<usize> {
     let devices = find(file, deadline)?;
     for dev in &devices {
         losetup([OsStr::new("-d"), dev.as_os_str()], deadline)?;
         tracing::debug!(file = %file.display(), device = %dev.display(), "test CSI driver detached a loop device");
+    }
+    if !devices.is_empty() {
+        const POLL: Duration = Duration::from_millis(50);
+        let mut polls = deadline.as_millis() / POLL.as_millis();
+        while !find(file, deadline)?.is_empty() {
+            if polls == 0 {
+                tracing::warn!(file = %file.display(), "loop device still bound after detaching; the kernel frees it at its last close");
+                break;
+            }
+            polls -= 1;
+            std::thread::sleep(POLL);
+        }
     }
     Ok(devices.len())
 }

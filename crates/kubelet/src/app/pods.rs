@@ -201,6 +201,7 @@ impl Pipeline<'_> {
             sources_ready: sources.ready.clone(),
             pod_cache: pleg.cache().clone(),
             recorder: event_recorder.clone(),
+            latest_node: self.latest_node.clone(),
         }
         .spawn(tasks, stop);
         // Credential providers in token mode share the pods' token cache

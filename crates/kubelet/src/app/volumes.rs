@@ -54,6 +54,8 @@ pub(super) struct VolumeWiring<'a> {
     pub sources_ready: Arc<SourcesReady>,
     pub pod_cache: Arc<PodCache>,
     pub recorder: Arc<dyn Recorder>,
+    /// The Node the apiserver last returned (cluster mode), for its labels.
+    pub latest_node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
 }
 
 /// The labels the Node carries (upstream's defaults plus `--node-labels`),
@@ -118,6 +120,7 @@ impl VolumeWiring<'_> {
             pods: self.pods.clone(),
             node_name: self.cfg.node_name.clone(),
             node_labels: node_labels(self.cfg),
+            latest_node: self.latest_node,
             allocatable: self.allocatable,
         });
         let (pods, ready, cache) = (self.pods, self.sources_ready, self.pod_cache);

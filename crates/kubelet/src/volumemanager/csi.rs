@@ -55,6 +55,9 @@ pub struct CsiVolumes {
     expanded: Mutex<HashMap<Device, i64>>,
     /// The spec name of each raw block device (its paths are by spec name).
     block_specs: Mutex<HashMap<Device, String>>,
+    /// Devices the driver could not grow while in use: not tried again
+    /// until their next mount.
+    in_use_expansion_failed: Mutex<HashSet<Device>>,
 }
 
 /// The result of a CSI set-up or tear-down as a `kubelet-volume` error,
@@ -75,6 +78,7 @@ impl CsiVolumes {
             unstage: Mutex::default(),
             expanded: Mutex::default(),
             block_specs: Mutex::default(),
+            in_use_expansion_failed: Mutex::default(),
         }
     }
 
@@ -117,14 +121,15 @@ impl CsiVolumes {
             };
             return Some(kubelet_volume::pvc::set_up_bound(host, req, pv, read_only).await);
         }
+        let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
         // Upstream `checkNodeAffinity` before any driver call.
         if let Err(e) = kubelet_volume::pvc::check_node_affinity(pv, &host.node_labels()) {
             let name = pv.metadata.name.as_deref().unwrap_or_default();
             return Some(Err(kubelet_volume::Error::Phased(format!(
-                "MountVolume.NodeAffinity check failed for volume {name:?} : {e}"
+                "{}.NodeAffinity check failed for volume {name:?} : {e}",
+                if block { "MapVolume" } else { "MountVolume" }
             ))));
         }
-        let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
         if let Err(e) = super::csi_block::check_volume_mode(pod, volume, block) {
             return Some(Err(kubelet_volume::Error::Invalid(e)));
         }
@@ -161,12 +166,21 @@ impl CsiVolumes {
             .expanded
             .lock()
             .get(&device)
-            .is_some_and(|s| *s >= size);
+            .is_some_and(|s| *s >= size)
+            || self.in_use_expansion_failed.lock().contains(&device);
         if !done {
             let uid = kubelet_types::pod::uid(pod);
             let lock = self.lock(&device);
             let _held = lock.lock().await;
             if let Err(e) = self.plugin.node_expand(uid, pv, size).await {
+                // A driver that cannot grow a volume in use: the mount goes
+                // on, and the expansion waits for the volume's next mount
+                // (upstream `MarkForInUseExpansionError`).
+                if kubelet_csi::resize::is_in_use_error(&e) {
+                    warn!(error = %e, "MountVolume.NodeExpandVolume failed: the volume cannot be expanded while in use; waiting for its next mount");
+                    self.in_use_expansion_failed.lock().insert(device);
+                    return Ok(());
+                }
                 // Resizers that track `allocatedResourceStatuses` (1.32+)
                 // learn of a final failure from the claim (upstream
                 // `NodeExpander`).
@@ -180,12 +194,6 @@ impl CsiVolumes {
                     && let Err(m) = self.plugin.mark_node_expansion_failed(pvc, &e).await
                 {
                     warn!(error = %m, "Could not record the failed node expansion in the claim's status");
-                }
-                // A driver that cannot grow a volume in use: the mount goes
-                // on, the expansion is tried again at the next sync.
-                if kubelet_csi::resize::is_in_use_error(&e) {
-                    warn!(error = %e, "MountVolume.NodeExpandVolume failed: the volume cannot be expanded while in use; will retry");
-                    return Ok(());
                 }
                 return Err(plugin_error(e));
             }
@@ -384,6 +392,7 @@ impl CsiVolumes {
             last
         };
         if last {
+            self.in_use_expansion_failed.lock().remove(&device);
             // Pending until it succeeded: a failed or cut-short unstage is
             // retried.
             self.unstage.lock().insert(device.clone());

@@ -29,7 +29,7 @@ impl KubeletHost {
 
 impl KubeletHost {
     /// A full summary whose collection started at `not_before` or later
-    /// (eviction: pod stats no older than its memory reading).
+    /// (eviction: pod stats no older than its pass).
     pub async fn summary_since(
         &self,
         not_before: tokio::time::Instant,

@@ -46,7 +46,7 @@ impl SummaryCache {
 
     /// The cached summary when its collection started at `not_before` or
     /// later, else a new one from `collect`. Eviction asks for one started
-    /// after its memory reading, so it never ranks pods by stats taken
+    /// when its pass starts, so it never ranks pods by stats taken
     /// before they ran.
     pub async fn get_or_collect_since<F, Fut>(
         &self,
