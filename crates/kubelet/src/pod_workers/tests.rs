@@ -169,10 +169,13 @@ async fn failed_syncs_retry_after_backoff_and_resync_has_jitter() {
     assert_eq!(q.take_due(), vec!["u1".to_string()]);
     *rec.fail.lock() = false;
     w.update_pod(sync("v0"));
+    // The sync ends within `settle`'s 2 s, so at most 59 s have passed
+    // since: short of the 60 s interval even with no jitter at all.
     settle().await;
-    tokio::time::advance(Duration::from_secs(59)).await;
+    tokio::time::advance(Duration::from_secs(57)).await;
     assert!(q.take_due().is_empty(), "not before the resync interval");
-    tokio::time::advance(Duration::from_secs(31)).await;
+    // Over 90 s after the sync: past 60 s + 50% jitter however it fell.
+    tokio::time::advance(Duration::from_secs(33)).await;
     assert_eq!(
         q.take_due(),
         vec!["u1".to_string()],
