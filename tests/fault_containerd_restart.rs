@@ -1,0 +1,1 @@
+//! Issue 20 fault case (being written).
