@@ -110,15 +110,7 @@ pub async fn serve(
                     Some(Ok(_)) => continue,
                     Some(Err(e)) => return Err(StreamError::WebSocket(e)),
                 };
-                let Some((&ch, rest)) = data.split_first() else { continue };
-                let frame = match ch {
-                    STDIN if opts.stdin => Codec::data(STDIN_STREAM, false, rest),
-                    RESIZE if opts.tty => Codec::data(RESIZE_STREAM, false, rest),
-                    CLOSE if rest.first() == Some(&STDIN) && opts.stdin => {
-                        Codec::data(STDIN_STREAM, true, &[])
-                    }
-                    _ => continue,
-                };
+                let Some(frame) = client_message_to_runtime(&data, &opts) else { continue };
                 wr.write_all(&frame.map_err(io)?).await.map_err(io)?;
             }
             n = rd.read(&mut buf) => {
@@ -161,6 +153,25 @@ pub async fn serve(
                 }
             }
         }
+    }
+}
+
+/// The SPDY frame a client's binary v5 message becomes (channel byte first:
+/// stdin data, a resize, or CLOSE of stdin), or `None` for a message the
+/// session ignores (empty, an unknown or unopened channel).
+#[doc(hidden)]
+pub fn client_message_to_runtime(
+    data: &[u8],
+    opts: &StreamOptions,
+) -> Option<std::io::Result<Vec<u8>>> {
+    let (&ch, rest) = data.split_first()?;
+    match ch {
+        STDIN if opts.stdin => Some(Codec::data(STDIN_STREAM, false, rest)),
+        RESIZE if opts.tty => Some(Codec::data(RESIZE_STREAM, false, rest)),
+        CLOSE if rest.first() == Some(&STDIN) && opts.stdin => {
+            Some(Codec::data(STDIN_STREAM, true, &[]))
+        }
+        _ => None,
     }
 }
 
