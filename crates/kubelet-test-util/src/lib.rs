@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod blocking;
+pub mod cri_proxy;
 pub mod csi_driver;
 pub mod pods;
 
