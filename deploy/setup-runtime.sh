@@ -12,6 +12,12 @@
 #
 #   sudo deploy/setup-runtime.sh          # set up (or repair) the node
 #   deploy/setup-runtime.sh --check       # exit non-zero with a reason if anything is missing
+#   sudo deploy/setup-runtime.sh --stop-containerd    # stop containerd (SIGTERM; containers keep
+#                                                     # running in their shims), wait until its socket is gone
+#   sudo deploy/setup-runtime.sh --start-containerd   # start it again the way step 4 does, wait until it answers
+#
+# The last two are for fault tests (a containerd restart under running pods);
+# they touch nothing but the containerd daemon this script starts.
 #
 # The CNI bridge is added only when the node has no network of its own: if
 # the CNI config directory holds any other network configuration, it is left
@@ -98,6 +104,60 @@ install_cni() {
   fi
 }
 
+# containerd running (systemd where it is PID 1, else a background daemon);
+# with restart=1 a running one is restarted first (for a new config).
+start_containerd() {
+  local restart=${restart:-0}
+  if [ -d /run/systemd/system ]; then
+    systemctl enable containerd >/dev/null 2>&1 || true
+    if [ $restart -eq 1 ]; then systemctl restart containerd; else systemctl start containerd; fi
+  else
+    if [ $restart -eq 1 ] && pgrep -x containerd >/dev/null; then
+      log "restarting containerd for the new config"
+      pkill -x containerd || true
+      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+    fi
+    # A containerd that is still shutting down (or still starting) holds no
+    # socket: give it time to exit or come up before deciding.
+    for _ in $(seq 50); do
+      containerd_up && return 0
+      pgrep -x containerd >/dev/null || break
+      sleep 0.2
+    done
+    if pgrep -x containerd >/dev/null && ! containerd_up; then
+      log "containerd is running without its socket; restarting it"
+      pkill -x containerd || true
+      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+    fi
+    if ! pgrep -x containerd >/dev/null; then
+      log "starting containerd (log: $LOGDIR/containerd.log)"
+      setsid nohup containerd --config /etc/containerd/config.toml >>"$LOGDIR/containerd.log" 2>&1 < /dev/null &
+    fi
+  fi
+  for _ in $(seq 100); do containerd_up && return 0; sleep 0.2; done
+  die "containerd did not come up on $SOCK (see $LOGDIR/containerd.log)"
+}
+
+# Stops the running containerd (systemd's unit, else the daemon by its pid,
+# SIGTERM: its shims and containers keep running) and waits until nothing
+# answers on its socket.
+stop_containerd() {
+  local pid
+  if [ -d /run/systemd/system ]; then
+    systemctl stop containerd
+  elif pid="$(pgrep -o -x containerd)"; then
+    log "stopping containerd (pid $pid)"
+    kill -TERM "$pid" || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "containerd (pid $pid) did not exit in 10s; killing it"
+      kill -KILL "$pid" || true
+    fi
+  fi
+  for _ in $(seq 100); do containerd_up || return 0; sleep 0.1; done
+  die "containerd still answers on $SOCK"
+}
+
 # Sourced, as by a test: define the functions only.
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
   return 0
@@ -107,6 +167,24 @@ if [ "${1:-}" = "--check" ]; then
   check && log "runtime ready"
   exit $?
 fi
+
+case "${1:-}" in
+--stop-containerd | --start-containerd)
+  [ "$(id -u)" -eq 0 ] || die "must run as root (it stops and starts containerd)"
+  mkdir -p "$LOGDIR"
+  if [ "$1" = --stop-containerd ]; then
+    stop_containerd
+    log "containerd stopped"
+  else
+    [ -f /etc/containerd/config.toml ] || die "no /etc/containerd/config.toml: run $0 without arguments first"
+    restart=0 start_containerd
+    log "containerd answers on $SOCK"
+  fi
+  exit 0
+  ;;
+"") ;;
+*) die "unknown argument $1 (use --check, --stop-containerd, --start-containerd or nothing)" ;;
+esac
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts containerd)"
 mkdir -p "$STATE" "$LOGDIR"
@@ -149,37 +227,7 @@ if ! cmp -s "$want" /etc/containerd/config.toml; then
 fi
 rm -f "$want"
 
-# 4. containerd running (systemd where it is PID 1, else a background daemon).
-start_containerd() {
-  if [ -d /run/systemd/system ]; then
-    systemctl enable containerd >/dev/null 2>&1 || true
-    if [ $restart -eq 1 ]; then systemctl restart containerd; else systemctl start containerd; fi
-  else
-    if [ $restart -eq 1 ] && pgrep -x containerd >/dev/null; then
-      log "restarting containerd for the new config"
-      pkill -x containerd || true
-      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
-    fi
-    # A containerd that is still shutting down (or still starting) holds no
-    # socket: give it time to exit or come up before deciding.
-    for _ in $(seq 50); do
-      containerd_up && return 0
-      pgrep -x containerd >/dev/null || break
-      sleep 0.2
-    done
-    if pgrep -x containerd >/dev/null && ! containerd_up; then
-      log "containerd is running without its socket; restarting it"
-      pkill -x containerd || true
-      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
-    fi
-    if ! pgrep -x containerd >/dev/null; then
-      log "starting containerd (log: $LOGDIR/containerd.log)"
-      setsid nohup containerd --config /etc/containerd/config.toml >>"$LOGDIR/containerd.log" 2>&1 < /dev/null &
-    fi
-  fi
-  for _ in $(seq 100); do containerd_up && return 0; sleep 0.2; done
-  die "containerd did not come up on $SOCK (see $LOGDIR/containerd.log)"
-}
+# 4. containerd running.
 if [ $restart -eq 1 ] || ! containerd_up; then start_containerd; fi
 
 # 5. Registry on loopback.

@@ -116,6 +116,14 @@ impl RuntimeState {
         *cur = err;
     }
 
+    /// Whether the runtime has not answered ready within
+    /// [`BASE_RUNTIME_SYNC_THRESHOLD`] (or never has).
+    fn is_down(&self) -> bool {
+        self.last_base_runtime_sync
+            .read()
+            .is_none_or(|t| t.elapsed() >= BASE_RUNTIME_SYNC_THRESHOLD)
+    }
+
     /// One check (upstream `updateRuntimeUp`). A failed or hung `Status` call
     /// changes nothing: the runtime counts as down only once it has not
     /// answered ready for [`BASE_RUNTIME_SYNC_THRESHOLD`]. A missing condition
@@ -158,8 +166,15 @@ impl RuntimeState {
                 return;
             }
         }
+        // Back from down (never answered, no ready answer for the threshold,
+        // or not ready): node status is woken to report Ready now rather
+        // than at its next period (up to `nodeStatusUpdateFrequency` later).
+        let was_down = self.runtime_error.read().is_some() || self.is_down();
         self.set_runtime_error(None);
         *self.last_base_runtime_sync.write() = Some(Instant::now());
+        if was_down {
+            self.status_changed.notify_one();
+        }
         match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.version()).await {
             Ok(Ok(v)) => {
                 let new = RuntimeVersion {
@@ -290,12 +305,47 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn node_status_is_woken_when_the_runtime_is_back_not_on_every_check() {
+        let fake = FakeRuntime::new();
+        let state = RuntimeState::new(vec![]);
+        let changed = kubelet_node::RuntimeState::status_changed(&state);
+        let woken = || async {
+            tokio::time::timeout(Duration::from_millis(1), changed.notified())
+                .await
+                .is_ok()
+        };
+        // The first ready answer is news (the node was not ready before).
+        state.update_runtime_up(&fake).await;
+        assert!(woken().await, "first ready answer");
+        // Ready again while up: nothing to report early.
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD).await;
+        state.update_runtime_up(&fake).await;
+        assert!(!woken().await, "no change, no wake-up");
+        // Down (a containerd restart) for longer than the threshold ...
+        fake.set_down(true);
+        tokio::time::sleep(BASE_RUNTIME_SYNC_THRESHOLD).await;
+        state.update_runtime_up(&fake).await;
+        assert_eq!(
+            state.runtime_errors(),
+            vec!["container runtime is down".to_string()]
+        );
+        assert!(!woken().await, "a failed check wakes nothing");
+        // ... and back: node status is woken at once, not a period later.
+        fake.set_down(false);
+        state.update_runtime_up(&fake).await;
+        assert!(state.runtime_errors().is_empty());
+        assert!(woken().await, "the runtime is back");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_node_shutting_down_is_not_ready_with_upstreams_message() {
         let fake = FakeRuntime::new();
         fake.set_network_down(true);
         let state = RuntimeState::new(vec![]);
         state.update_runtime_up(&fake).await;
         let changed = kubelet_node::RuntimeState::status_changed(&state);
+        // The first ready answer's wake-up, not what this test is about.
+        let _ = tokio::time::timeout(Duration::from_millis(1), changed.notified()).await;
         assert!(state.runtime_errors().is_empty());
         state.set_shutdown_status(Some("node is shutting down".into()));
         // What the Ready condition lists, in upstream's order: runtime,
