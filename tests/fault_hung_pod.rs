@@ -1,1 +1,278 @@
-//! Issue 20 fault case (being written).
+//! Issue 20 fault case "one pod whose CRI calls hang", on real containerd
+//! behind the fault-injecting CRI proxy (`kubelet_test_util::cri_proxy`).
+//!
+//! For one pod (label `fault=hang`) `ContainerStatus`, `StopContainer`,
+//! `StopPodSandbox` and `ExecSync` never answer. Upstream's PLEG relist
+//! waits on that pod's status, goes unhealthy after `relistThreshold`
+//! (3 minutes) and takes the node NotReady (kubernetes/kubernetes#94829,
+//! #93886, #45419). Here every other pod must start, probe and stop
+//! normally, and PLEG and the node's Ready condition must hold for longer
+//! than that threshold; once the hang is released, the hung pod is cleaned
+//! up with nothing left behind.
+//!
+//! Duration: the fault lasts `KUBELET_RS_FAULT_MINUTES` minutes (default
+//! 3.25, just past the 3-minute threshold: about 3.7 minutes of wall time
+//! in all). The issue's 10-minute run is the same test with
+//! `KUBELET_RS_FAULT_MINUTES=10`, a benchmark-script parameter.
+
+use std::time::Duration;
+
+use apiserver_double::Options;
+use cri::RuntimeService as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+use kubelet_node::RuntimeState as _;
+use kubelet_rs_integration::cluster::{Joined, condition, phase};
+use kubelet_rs_integration::{BUSYBOX, ENDPOINT};
+use kubelet_test_util::cri_proxy::{Action, CriProxy, PodSelector, Rule};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// How long the fault lasts by default (upstream's threshold is 3 minutes).
+const DEFAULT_FAULT_MINUTES: f64 = 3.25;
+
+/// The CRI calls that never answer for the hung pod.
+const HUNG: [&str; 4] = [
+    "ContainerStatus",
+    "StopContainer",
+    "StopPodSandbox",
+    "ExecSync",
+];
+
+fn fault_window() -> Duration {
+    let minutes = std::env::var("KUBELET_RS_FAULT_MINUTES")
+        .ok()
+        .and_then(|m| m.parse::<f64>().ok())
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .unwrap_or(DEFAULT_FAULT_MINUTES);
+    Duration::from_secs_f64(minutes * 60.0)
+}
+
+fn running_and_ready(p: Option<&Value>) -> bool {
+    phase(p) == Some("Running") && condition(p, "Ready")
+}
+
+/// A busybox pod running `script` after creating `/tmp/ready`, whose
+/// readiness is `test -f /tmp/ready`, probed every second.
+fn probed(labels: Value, script: &str) -> Value {
+    json!({
+        "labels": labels,
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", format!("touch /tmp/ready; {script}")],
+                "readinessProbe": {
+                    "exec": {"command": ["test", "-f", "/tmp/ready"]},
+                    "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1,
+                },
+            }],
+        },
+    })
+}
+
+/// A busybox pod without probes.
+fn plain(labels: Value) -> Value {
+    json!({
+        "labels": labels,
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "exec sleep 3600"]}],
+        },
+    })
+}
+
+async fn create(j: &Joined, name: &str, pod: Value) -> anyhow::Result<()> {
+    let mut spec = pod["spec"].clone();
+    spec["nodeName"] = json!(j.node.name);
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": j.pod_name(name), "namespace": "default", "labels": pod["labels"]},
+        "spec": spec,
+    }))?;
+    Api::<Pod>::namespaced(j.admin.clone(), "default")
+        .create(&PostParams::default(), &p)
+        .await?;
+    Ok(())
+}
+
+async fn delete(j: &Joined, name: &str) -> anyhow::Result<()> {
+    Api::<Pod>::namespaced(j.admin.clone(), "default")
+        .delete(&j.pod_name(name), &Default::default())
+        .await?;
+    Ok(())
+}
+
+fn first_container_id(p: &Value) -> String {
+    let id = p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or("");
+    id.trim_start_matches("containerd://").to_string()
+}
+
+/// Sandboxes in containerd of the pod whose `app` label is `app`.
+async fn sandboxes_of(j: &Joined, app: &str) -> Vec<cri::pb::PodSandbox> {
+    j.node
+        .sandboxes()
+        .await
+        .into_iter()
+        .filter(|s| s.labels.get("app").map(String::as_str) == Some(app))
+        .collect()
+}
+
+/// Waits until `cond` holds, polling every 500 ms.
+async fn until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "not {what} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let proxy = CriProxy::start(dir.path().join("cri.sock"), ENDPOINT).await?;
+    let endpoint = proxy.endpoint();
+    let j = Joined::start_with(Options::default(), |f, _| {
+        f.container_runtime_endpoint = Some(endpoint);
+    })
+    .await;
+    let ready_timeout = Duration::from_secs(90);
+
+    // The pod to hang runs and is Ready (its exec probe answers) first. Its
+    // container exits after 15 s, under the fault, so PLEG sees it change
+    // and asks for its status (upstream's relist then blocks).
+    let hung = probed(json!({"app": "hung", "fault": "hang"}), "sleep 15; exit 1");
+    create(&j, "hung", hung).await?;
+    j.wait_api(
+        "hung",
+        ready_timeout,
+        "running and ready",
+        running_and_ready,
+    )
+    .await;
+    let hang = proxy.add_rule(
+        Rule::new(Action::Hang)
+            .methods(&HUNG)
+            .pod(PodSelector::Label("fault".into(), "hang".into())),
+    );
+    let fault_start = Instant::now();
+    let window = fault_window();
+
+    // Three other pods start and become Ready while it hangs.
+    create(&j, "plain", plain(json!({"app": "plain"}))).await?;
+    create(
+        &j,
+        "probed",
+        probed(json!({"app": "probed"}), "exec sleep 3600"),
+    )
+    .await?;
+    create(&j, "deleted", plain(json!({"app": "deleted"}))).await?;
+    for name in ["plain", "probed", "deleted"] {
+        j.wait_api(name, ready_timeout, "running and ready", running_and_ready)
+            .await;
+    }
+    assert!(
+        hang.hits() > 0 && proxy.held() > 0,
+        "the hung pod's calls are held (hits {}, held {})",
+        hang.hits(),
+        proxy.held()
+    );
+
+    // The exec readiness probe of another pod keeps working: readiness
+    // follows the file, changed behind the proxy's back.
+    let probed_id = first_container_id(&j.api_pod("probed").unwrap_or_default());
+    let sh = |cmd: &str| vec!["sh".to_string(), "-c".to_string(), cmd.to_string()];
+    j.node
+        .runtime
+        .exec_sync(&probed_id, sh("rm /tmp/ready"), Duration::from_secs(10))
+        .await?;
+    j.wait_api("probed", ready_timeout, "not ready", |p| {
+        phase(p) == Some("Running") && !condition(p, "Ready")
+    })
+    .await;
+    j.node
+        .runtime
+        .exec_sync(&probed_id, sh("touch /tmp/ready"), Duration::from_secs(10))
+        .await?;
+    j.wait_api("probed", ready_timeout, "ready again", running_and_ready)
+        .await;
+
+    // Deleting the hung pod sticks on its StopContainer; deleting another
+    // pod stops and removes it as usual.
+    delete(&j, "hung").await?;
+    let deleted_id = first_container_id(&j.api_pod("deleted").unwrap_or_default());
+    delete(&j, "deleted").await?;
+    j.wait_api("deleted", Duration::from_secs(60), "deleted", |p| {
+        p.is_none()
+    })
+    .await;
+    until(
+        "the deleted pod's sandbox removed",
+        Duration::from_secs(60),
+        || async { sandboxes_of(&j, "deleted").await.is_empty() },
+    )
+    .await;
+    assert!(
+        !j.node.containers().await.iter().any(|c| c.id == deleted_id),
+        "the deleted pod's container removed"
+    );
+
+    // PLEG stays healthy, the node Ready and the other pods Ready for the
+    // whole fault, past upstream's 3-minute PLEG threshold.
+    eprintln!("holding the fault for {window:?}");
+    while fault_start.elapsed() < window {
+        let errors = j.node.handle().runtime_state.runtime_errors();
+        assert!(
+            errors.is_empty(),
+            "runtime/PLEG errors {:?} after {:?} of fault",
+            errors,
+            fault_start.elapsed()
+        );
+        let ready = j.node_condition("Ready");
+        assert!(
+            ready.as_ref().is_some_and(|(s, _, _)| s == "True"),
+            "node not Ready after {:?} of fault: {ready:?}",
+            fault_start.elapsed()
+        );
+        for name in ["plain", "probed"] {
+            assert!(
+                running_and_ready(j.api_pod(name).as_ref()),
+                "pod {name} not running and ready after {:?} of fault",
+                fault_start.elapsed()
+            );
+        }
+        assert!(
+            j.api_pod("hung").is_some(),
+            "the hung pod cannot be stopped"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(hang.hits() > 0, "calls were held");
+    assert!(proxy.calls("ListPodSandbox") > 0 && proxy.calls("RunPodSandbox") >= 4);
+
+    // Released, the hung pod is stopped, deleted and removed.
+    hang.release();
+    j.wait_api("hung", Duration::from_secs(120), "deleted", |p| p.is_none())
+        .await;
+    until(
+        "the hung pod's sandbox removed",
+        Duration::from_secs(60),
+        || async { sandboxes_of(&j, "hung").await.is_empty() },
+    )
+    .await;
+
+    delete(&j, "plain").await?;
+    delete(&j, "probed").await?;
+    j.cleanup().await;
+    proxy.shutdown().await;
+    eprintln!("fault_hung_pod done in {:?}", started.elapsed());
+    Ok(())
+}
