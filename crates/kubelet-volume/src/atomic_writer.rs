@@ -125,6 +125,10 @@ impl AtomicWriter {
                     "{ctx}: error writing payload to ts data directory {}: {e}",
                     ts_dir.display()
                 );
+                // Upstream leaves the partial directory behind; on a full
+                // disk each retry would leave another, holding the space
+                // the next attempt needs.
+                let _ = crate::removeall::remove_all_one_filesystem_blocking(&ts_dir);
                 return Err(e);
             }
             tracing::debug!(

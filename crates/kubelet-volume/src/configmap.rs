@@ -271,10 +271,14 @@ pub(crate) fn clean(p: &str) -> String {
     }
 }
 
-/// Fills the freshly set-up volume directory `dir`: nested mount points,
-/// then `payload` through the atomic writer. On failure the volume is torn
-/// down again (upstream's deferred clean-up once the wrapped emptyDir is
-/// set up) and the error returned.
+/// Fills the set-up volume directory `dir`: nested mount points, then
+/// `payload` through the atomic writer. On failure a volume set up for the
+/// first time is torn down again (upstream's deferred clean-up once the
+/// wrapped emptyDir is set up) and the error returned. A volume that
+/// already holds a payload (an update for a running pod) is kept as it is:
+/// upstream tears it down as well, so a full disk took a running pod's
+/// files away; the atomic writer never touched them, and they stay until
+/// an update succeeds.
 pub(crate) async fn populate(
     req: &SetUpRequest<'_>,
     plugin: &'static str,
@@ -283,11 +287,15 @@ pub(crate) async fn populate(
     payload: Payload,
 ) -> Result<()> {
     let name = &req.volume.name;
+    let populated = tokio::fs::symlink_metadata(dir.join(crate::atomic_writer::DATA_DIR_NAME))
+        .await
+        .is_ok();
     let res = match make_nested_mountpoints(pod, name, dir).await {
         Ok(()) => write_payload(pod, name, dir, payload).await,
         Err(e) => Err(e),
     };
     if res.is_err()
+        && !populated
         && let Err(e) = crate::plugin::tear_down(plugin, dir).await
     {
         tracing::error!("Error tearing down volume {name} with : {e}");

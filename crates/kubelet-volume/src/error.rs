@@ -29,8 +29,9 @@ pub enum Error {
     /// event text, used as is.
     #[error("{0}")]
     Phased(String),
-    /// A file system operation failed.
-    #[error("{context} {path}: {source}")]
+    /// A file system operation failed; the OS error is spelled as Go
+    /// spells it (`no space left on device`), as in upstream's events.
+    #[error("{context} {path}: {}", go_io_error(source))]
     Io {
         /// What was being done.
         context: &'static str,
@@ -46,7 +47,7 @@ pub enum Error {
     #[error(transparent)]
     Plugin(Box<dyn std::error::Error + Send + Sync>),
     /// A mount or unmount failed.
-    #[error("{context} {path}: {source}")]
+    #[error("{context} {path}: {}", go_io_error(&std::io::Error::from(*source)))]
     Mount {
         /// What was being done.
         context: &'static str,
@@ -73,5 +74,43 @@ impl Error {
     }
 }
 
+/// An OS error as Go's `syscall.Errno` spells it (`no space left on
+/// device`), not as Rust's `Display` does (`No space left on device (os
+/// error 28)`): the events and statuses carrying it are upstream's texts.
+pub fn go_io_error(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    if e.raw_os_error().is_none() {
+        return s;
+    }
+    let s = match s.find(" (os error") {
+        Some(i) => &s[..i],
+        None => s.as_str(),
+    };
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_errors_read_as_in_upstreams_events() {
+        let e = Error::io("write", "/v/key")(std::io::Error::from_raw_os_error(28));
+        assert_eq!(e.to_string(), "write /v/key: no space left on device");
+        let e = Error::Mount {
+            context: "mount",
+            path: "/v".into(),
+            source: nix::Error::EPERM,
+        };
+        assert_eq!(e.to_string(), "mount /v: operation not permitted");
+        let custom = std::io::Error::other("Kept as is");
+        assert_eq!(go_io_error(&custom), "Kept as is", "not an OS error");
+    }
+}

@@ -412,3 +412,35 @@ async fn a_failed_write_tears_the_volume_down() {
         .join("uid-1/plugins/kubernetes.io~empty-dir/wrapped_cfg");
     assert!(!meta.exists());
 }
+
+#[tokio::test]
+async fn a_failed_update_keeps_the_files_a_running_pod_sees() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = FakeHost::default();
+    host.put_config_map("cm", &[("a", "1"), ("b", "2")]);
+    set_up_cm(&host, tmp.path(), source("cm"))
+        .await
+        .expect("first set-up");
+    let dir = tmp.path().join("uid-1/volumes/kubernetes.io~configmap/cfg");
+    // "b" is a file in the payload and a directory of "b/c": the write of
+    // the new payload fails half way.
+    let src = ConfigMapVolumeSource {
+        items: Some(vec![item("a", "b", None), item("b", "b/c", None)]),
+        ..source("cm")
+    };
+    set_up_cm(&host, tmp.path(), src)
+        .await
+        .expect_err("the payload cannot be written");
+    assert_eq!(read(&dir.join("a")), "1", "the old payload is still served");
+    assert_eq!(read(&dir.join("b")), "2");
+    let payloads = std::fs::read_dir(&dir)
+        .expect("volume dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("..") && n != "..data"
+        })
+        .count();
+    assert_eq!(payloads, 1, "no partial payload directory left behind");
+}
