@@ -107,7 +107,7 @@ impl CriProxy {
     pub async fn start(socket: impl AsRef<Path>, backend: &str) -> Result<Self, CriProxyError> {
         let socket = socket.as_ref().to_path_buf();
         let channel = backend_channel(backend)?;
-        let _ = std::fs::remove_file(&socket);
+        let _ = tokio::fs::remove_file(&socket).await;
         let listener = UnixListener::bind(&socket).map_err(|source| CriProxyError::Bind {
             path: socket.clone(),
             source,
@@ -198,7 +198,7 @@ impl CriProxy {
         {
             task.abort();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        let _ = tokio::fs::remove_file(&self.socket).await;
     }
 }
 

@@ -215,6 +215,20 @@ async fn a_held_call_ends_with_the_clients_deadline() {
 }
 
 #[tokio::test]
+async fn a_held_call_ends_when_the_client_goes_away() {
+    let f = fixture(Duration::from_secs(30)).await;
+    let _rule = f
+        .proxy
+        .add_rule(Rule::new(Action::Hang).method("ContainerStatus"));
+    let client = f.client.clone();
+    let call = tokio::spawn(async move { client.container_status("c1").await });
+    eventually("held", || f.proxy.held() == 1).await;
+    call.abort();
+    eventually("dropped", || f.proxy.held() == 0).await;
+    assert_eq!(f.backend.calls("ContainerStatus"), 0);
+}
+
+#[tokio::test]
 async fn fails_with_the_given_code() {
     let f = fixture(Duration::from_secs(5)).await;
     let _rule = f.proxy.add_rule(
