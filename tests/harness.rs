@@ -286,6 +286,11 @@ impl Node {
         unmount_under(self.dir.path());
     }
 
+    /// How many of the running kubelet's tracked tasks are alive.
+    pub fn tracked_tasks(&self) -> usize {
+        self.running.as_ref().map_or(0, |r| r.tracked_tasks())
+    }
+
     /// The kubelet's `--root-dir`.
     pub fn root_dir(&self) -> PathBuf {
         self.cfg.root_dir.clone()

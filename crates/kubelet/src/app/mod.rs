@@ -481,6 +481,13 @@ impl Running {
         }
     }
 
+    /// How many of the kubelet's tracked tasks are alive (per-pod workers,
+    /// probe workers, object watches, loops): churn tests check that it
+    /// comes back down once the pods are gone.
+    pub fn tracked_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// Stops every task, waiting at most `grace`. Containers keep running.
     pub async fn shutdown(self, grace: Duration) {
         self.stop.cancel();
