@@ -28,7 +28,10 @@
 //!   Service, each namespace's `default` ServiceAccount and
 //!   `kube-root-ca.crt` ConfigMap ([`controllers`]); a namespace is created
 //!   on first use;
-//! - fault injection: refuse connections, hang requests, answer 500s.
+//! - fault injection: refuse connections (stopped, then started again on the
+//!   same address with its state kept), hang requests, answer 500s, or go
+//!   half-open: accept connections and never answer on them, nor on the
+//!   ones already open ([`ApiServer::set_half_open`]).
 //!
 //! Upstream behaviour it follows is named in each module; what it leaves out
 //! (admission beyond NodeRestriction and the opt-in ServiceAccount plugin,
@@ -212,6 +215,8 @@ pub struct Shared {
     fault: watch::Sender<Fault>,
     pub(crate) watch_generation: watch::Sender<u64>,
     up: watch::Sender<bool>,
+    half_open: watch::Sender<bool>,
+    held: std::sync::atomic::AtomicUsize,
     log: Mutex<Vec<Request>>,
 }
 
@@ -290,6 +295,8 @@ impl ApiServer {
             fault: watch::channel(Fault::None).0,
             watch_generation: watch::channel(0).0,
             up: watch::channel(true).0,
+            half_open: watch::channel(false).0,
+            held: std::sync::atomic::AtomicUsize::new(0),
             log: Mutex::new(vec![]),
         });
         tokio::spawn(serve(shared.clone(), acceptor, addr, Some(listener)));
@@ -404,6 +411,24 @@ impl ApiServer {
         }
     }
 
+    /// Half-open (a peer that vanished without closing, or a network
+    /// dropping packets one way): connections are accepted but never
+    /// answered, not even the TLS handshake, and connections already open
+    /// stop answering mid-request (watches included). Clearing it serves new
+    /// connections again, while the held ones stay open and unanswered: on a
+    /// real network nothing tells the client they are dead, so its deadlines
+    /// and its closing of connections after heartbeat failures must. Held
+    /// connections close when the double is stopped ([`ApiServer::set_up`]).
+    pub fn set_half_open(&self, half_open: bool) {
+        self.shared.half_open.send_replace(half_open);
+    }
+
+    /// Connections half-open mode has held unanswered so far (new and
+    /// already open ones), counted once each.
+    pub fn held_connections(&self) -> usize {
+        self.shared.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Ends every open watch stream (clients re-watch from their last revision).
     pub fn close_watches(&self) {
         self.shared.watch_generation.send_modify(|g| *g += 1);
@@ -488,9 +513,36 @@ async fn serve(
     }
 }
 
+/// Keeps `held` (a connection, or a handshake in progress) open and unpolled
+/// until the double is stopped, then drops it: the peer sees the close.
+async fn hold<T>(shared: &Shared, held: T) {
+    shared
+        .held
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut up = shared.up.subscribe();
+    let _ = up.wait_for(|u| !*u).await.is_ok();
+    drop(held);
+}
+
+async fn until_half_open(half_open: &mut watch::Receiver<bool>) {
+    if half_open.wait_for(|h| *h).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 async fn connection(shared: Arc<Shared>, acceptor: TlsAcceptor, tcp: tokio::net::TcpStream) {
-    let Ok(tls) = acceptor.accept(tcp).await else {
-        return;
+    let mut half_open = shared.half_open.subscribe();
+    if *half_open.borrow_and_update() {
+        return hold(&shared, tcp).await;
+    }
+    let accept = acceptor.accept(tcp);
+    let mut accept = std::pin::pin!(accept);
+    let tls = tokio::select! {
+        tls = &mut accept => match tls {
+            Ok(tls) => tls,
+            Err(_) => return,
+        },
+        () = until_half_open(&mut half_open) => return hold(&shared, accept).await,
     };
     let peer = tls
         .get_ref()
@@ -514,8 +566,10 @@ async fn connection(shared: Arc<Shared>, acceptor: TlsAcceptor, tcp: tokio::net:
     let mut up = shared.up.subscribe();
     let builder = auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+    let mut conn = std::pin::pin!(conn);
     tokio::select! {
-        _ = conn => {}
-        _ = up.wait_for(|u| !*u) => {}
+        _ = &mut conn => {}
+        _ = async { up.wait_for(|u| !*u).await.is_ok() } => {}
+        () = until_half_open(&mut half_open) => hold(&shared, conn).await,
     }
 }

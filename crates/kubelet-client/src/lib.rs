@@ -23,6 +23,7 @@ pub mod refusal;
 pub use certificate::serving::{CertInfo, ServingCert};
 pub use certificate::serving_manager::ServingCertManager;
 pub use client::{
-    ClientOptions, DynamicCert, RequestTimeout, from_kubeconfig, from_kubeconfig_with, is_timeout,
+    ClientOptions, Connections, DynamicCert, RequestTimeout, from_kubeconfig, from_kubeconfig_with,
+    is_timeout,
 };
 pub use error::Error;

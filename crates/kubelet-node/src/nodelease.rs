@@ -4,6 +4,16 @@
 //! PUT with the read resourceVersion (optimistic concurrency). It runs on its
 //! own task, so a slow node status patch never lets the lease expire. The
 //! lease is owned by the Node once the Node's UID is known.
+//!
+//! After an outage (upstream `retryUpdateLease` and `onRepeatedHeartbeatFailure`):
+//! each renewal is bounded by the heartbeat timeout, a failed one is retried
+//! after 200 ms doubling to 7 s, and from the second failure in a row every
+//! connection of the kubelet's client is closed, so no renewal (nor any
+//! other request) waits on a connection whose peer vanished: the first
+//! renewal after the apiserver's return dials afresh. A renewal that
+//! succeeds after failures asks for a node status sync at once, so the Node's
+//! Ready heartbeat follows the lease within a round trip instead of at the
+//! next status period.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +22,11 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use kubelet_client::Connections;
 use kubelet_client::clock::Clock;
 
 /// Namespace of node leases.
@@ -23,7 +34,10 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Upstream `maxUpdateRetries`.
 const MAX_UPDATE_RETRIES: usize = 5;
 /// Upstream `maxBackoff` after repeated failures.
-const MAX_BACKOFF: Duration = Duration::from_secs(7);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(7);
+/// The first retry's delay (upstream starts at 100 ms and doubles before
+/// the first sleep).
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Renews the node lease.
 pub struct LeaseController {
@@ -37,6 +51,48 @@ pub struct LeaseController {
     pub clock: Arc<dyn Clock>,
     /// The Node's UID once registered.
     pub node_uid: watch::Receiver<Option<String>>,
+    /// The client's connections, all closed on repeated failures (upstream
+    /// `onRepeatedHeartbeatFailure`, the kubelet's `closeAllConns`).
+    pub connections: Option<Arc<Connections>>,
+    /// Notified when a renewal succeeds after failures: the node status
+    /// loop syncs at once (the apiserver is back).
+    pub recovered: Option<Arc<Notify>>,
+}
+
+/// What the renew loop does after one renewal (upstream `controller.sync`
+/// with `retryUpdateLease`'s failure handling).
+#[derive(Debug, Default)]
+pub struct Backoff {
+    next: Option<Duration>,
+    failures: u32,
+}
+
+impl Backoff {
+    /// A renewal succeeded: whether it ended a run of failures.
+    pub fn succeeded(&mut self) -> bool {
+        let recovered = self.failures > 0;
+        *self = Self::default();
+        recovered
+    }
+
+    /// A renewal failed at once (an error): how long until the next try
+    /// (200 ms doubling to [`MAX_BACKOFF`]), and whether the failures
+    /// repeat, so connections are closed (the second failure in a row and
+    /// later ones).
+    pub fn failed(&mut self) -> (Duration, bool) {
+        let wait = self.next.unwrap_or(FIRST_BACKOFF);
+        self.next = Some((wait * 2).min(MAX_BACKOFF));
+        self.failures = self.failures.saturating_add(1);
+        (wait, self.failures > 1)
+    }
+
+    /// A renewal got no answer within its timeout: it waited long enough
+    /// already, so the next try starts at once (upstream's update retries
+    /// follow each other without a sleep); whether the failures repeat.
+    pub fn timed_out(&mut self) -> (Duration, bool) {
+        self.failures = self.failures.saturating_add(1);
+        (Duration::ZERO, self.failures > 1)
+    }
 }
 
 impl LeaseController {
@@ -114,25 +170,39 @@ impl LeaseController {
         }
     }
 
-    /// Renews every quarter of the lease duration until `stop`; after a failure,
-    /// retries sooner with backoff (200ms doubling to 7s), as upstream.
+    /// Renews every quarter of the lease duration until `stop`; a renewal
+    /// gets at most that long (upstream's heartbeat client timeout); after a
+    /// failure, retries sooner with backoff (200ms doubling to 7s), and
+    /// closes the client's connections when failures repeat, as upstream.
     pub async fn run(self, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::default();
         loop {
-            let wait = match tokio::time::timeout(self.renew_interval(), self.renew()).await {
-                Ok(Ok(_)) => {
-                    backoff = Duration::from_millis(200);
-                    self.renew_interval()
-                }
+            let failed = match tokio::time::timeout(self.renew_interval(), self.renew()).await {
+                Ok(Ok(_)) => None,
                 Ok(Err(e)) => {
                     warn!(error = %e, "Failed to update lease");
-                    let b = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    b
+                    Some(backoff.failed())
                 }
                 Err(_) => {
-                    warn!("Lease update timed out");
-                    Duration::ZERO
+                    warn!(after = ?self.renew_interval(), "Lease update timed out");
+                    Some(backoff.timed_out())
+                }
+            };
+            let wait = match failed {
+                None => {
+                    if backoff.succeeded() {
+                        info!("Lease renewed again after failures");
+                        if let Some(r) = &self.recovered {
+                            r.notify_one();
+                        }
+                    }
+                    self.renew_interval()
+                }
+                Some((wait, repeated)) => {
+                    if repeated && let Some(c) = &self.connections {
+                        c.close_all();
+                    }
+                    wait
                 }
             };
             tokio::select! {
@@ -159,6 +229,8 @@ mod tests {
             duration_seconds: 40,
             clock: Arc::new(TokioClock::default()),
             node_uid: uid_rx,
+            connections: None,
+            recovered: None,
         };
         assert_eq!(lease.renew_interval(), Duration::from_secs(10));
         let stop = CancellationToken::new();
@@ -222,6 +294,8 @@ mod tests {
             duration_seconds: 40,
             clock: Arc::new(TokioClock::default()),
             node_uid: watch::channel(None).1,
+            connections: None,
+            recovered: None,
         };
         lease.renew().await.expect("created");
         c.api.set_fault(Fault::Hang);
@@ -255,6 +329,89 @@ mod tests {
         let _ = task.await;
     }
 
+    #[test]
+    fn failures_back_off_to_seven_seconds_and_repeated_ones_close_connections() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::default();
+        let waits: Vec<(Duration, bool)> = (0..7).map(|_| b.failed()).collect();
+        assert_eq!(
+            waits,
+            [
+                (ms(200), false),
+                (ms(400), true),
+                (ms(800), true),
+                (ms(1600), true),
+                (ms(3200), true),
+                (ms(6400), true),
+                (MAX_BACKOFF, true)
+            ]
+        );
+        assert!(b.succeeded(), "a success after failures is a recovery");
+        assert!(!b.succeeded(), "and only once");
+        assert_eq!(b.timed_out(), (Duration::ZERO, false), "retried at once");
+        assert_eq!(b.timed_out(), (Duration::ZERO, true));
+        assert_eq!(b.failed(), (ms(200), true), "timeouts leave the backoff");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_half_open_outage_the_lease_is_renewed_within_its_timeout() {
+        use kubelet_client::ClientOptions;
+        let c = Cluster::start(Default::default()).await;
+        let path = c.dir.path().join("n1-kubelet.conf");
+        c.api
+            .write_cert_kubeconfig(&path, "system:node:n1", &["system:nodes"])
+            .expect("kubeconfig");
+        let connections = Arc::new(Connections::new());
+        let options = ClientOptions::new(50.0, 100).with_connections(connections.clone());
+        let (client, _) = kubelet_client::from_kubeconfig_with(&path, options)
+            .await
+            .expect("client");
+        let recovered = Arc::new(Notify::new());
+        let lease = LeaseController {
+            client,
+            node_name: "n1".into(),
+            duration_seconds: 40,
+            clock: Arc::new(TokioClock::default()),
+            node_uid: watch::channel(None).1,
+            connections: Some(connections.clone()),
+            recovered: Some(recovered.clone()),
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(lease.run(stop.clone()));
+        let renew_time = |c: &Cluster| {
+            c.api
+                .get("leases", LEASE_NAMESPACE, "n1")
+                .and_then(|l| l["spec"]["renewTime"].as_str().map(String::from))
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(renew_time(&c).is_some(), "created");
+
+        c.api.set_half_open(true);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(c.api.held_connections() > 0, "renewals were held");
+        assert!(
+            connections.generation() >= 2,
+            "repeated timeouts close the connections, closed {} times",
+            connections.generation()
+        );
+        let stale = renew_time(&c);
+        // Back: connections held so far stay unanswered, new ones are served.
+        c.api.set_half_open(false);
+        let back = tokio::time::Instant::now();
+        while renew_time(&c) == stale {
+            assert!(
+                back.elapsed() <= Duration::from_secs(11),
+                "not renewed within the renewal timeout of the return"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::timeout(Duration::from_secs(1), recovered.notified())
+            .await
+            .expect("the recovery asks for a node status sync");
+        stop.cancel();
+        let _ = task.await;
+    }
+
     #[tokio::test]
     async fn a_conflicting_writer_is_retried_not_fatal() {
         let c = Cluster::start(Default::default()).await;
@@ -264,6 +421,8 @@ mod tests {
             duration_seconds: 40,
             clock: Arc::new(kubelet_client::clock::SystemClock),
             node_uid: watch::channel(None).1,
+            connections: None,
+            recovered: None,
         };
         let first = lease.renew().await.expect("created");
         // Someone else updates the lease: our copy's resourceVersion is stale now.

@@ -2,14 +2,18 @@
 //! `kubeClientConfigOverrides`): a kube-rs [`Client`] from a kubeconfig, over
 //! rustls, with the client certificate behind a [`DynamicCert`] so rotation
 //! needs no restart, client-side rate limiting (`kubeAPIQPS`/`kubeAPIBurst`)
-//! and a deadline on every request ([`deadline`]).
+//! and a deadline on every request ([`deadline`]). Every connection can be
+//! closed at once after heartbeat failures ([`connrotation`]).
 //!
 //! The tower stack, outermost first: base URI, auth, request metrics (when
-//! given), rate limit, deadline, the connection pool of the current certificate.
+//! given), rate limit, deadline, the connection pool of the current
+//! certificate and connection generation.
 
+pub mod connrotation;
 pub mod deadline;
 pub mod dynamic_cert;
 pub mod metrics;
+mod options;
 pub mod rate_limit;
 
 use std::path::Path;
@@ -28,57 +32,15 @@ use tower::ServiceBuilder;
 use crate::Error;
 use crate::error::blocking;
 
+pub use connrotation::Connections;
 pub use deadline::{DEFAULT_REQUEST_TIMEOUT, RequestTimeout, is_timeout};
 pub use dynamic_cert::{DynamicCert, certified_key};
+pub use options::ClientOptions;
 pub use rate_limit::TokenBucket;
 
 /// Upstream's dialer keepalive (`net.Dialer{KeepAlive: 30s}`): how a watch on a
 /// connection whose peer vanished finds out.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
-
-/// How a client talks to the apiserver.
-#[derive(Debug, Clone)]
-pub struct ClientOptions {
-    /// Sustained requests per second (`kubeAPIQPS`).
-    pub qps: f64,
-    /// Burst above `qps` (`kubeAPIBurst`).
-    pub burst: u32,
-    /// Deadline of each request; watches are bounded by their `timeoutSeconds`
-    /// instead (see [`deadline`]).
-    pub request_timeout: Duration,
-    /// Where `rest_client_*` metrics are recorded, if anywhere.
-    pub metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
-}
-
-impl ClientOptions {
-    /// `qps` and `burst`, with the default deadline.
-    pub fn new(qps: f64, burst: u32) -> Self {
-        Self {
-            qps,
-            burst,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            metrics: None,
-        }
-    }
-
-    /// The same, recording every request in `metrics` ([`metrics`]).
-    #[must_use]
-    pub fn with_metrics(self, metrics: Arc<kubelet_metrics::KubeletMetrics>) -> Self {
-        Self {
-            metrics: Some(metrics),
-            ..self
-        }
-    }
-
-    /// The same, with `request_timeout`.
-    #[must_use]
-    pub fn with_request_timeout(self, request_timeout: Duration) -> Self {
-        Self {
-            request_timeout,
-            ..self
-        }
-    }
-}
 
 /// The cluster and credentials of a kubeconfig, read once.
 #[derive(Debug, Clone)]
@@ -188,7 +150,7 @@ pub fn build_with(
     limiter: Arc<TokenBucket>,
     request_timeout: Duration,
 ) -> Result<Client, Error> {
-    build_instrumented(loaded, cert, limiter, request_timeout, None)
+    build_instrumented(loaded, cert, limiter, request_timeout, None, None)
 }
 
 /// [`build_with`], recording every request in `metrics` when given.
@@ -198,7 +160,9 @@ pub fn build_instrumented(
     limiter: Arc<TokenBucket>,
     request_timeout: Duration,
     metrics: Option<Arc<kubelet_metrics::KubeletMetrics>>,
+    connections: Option<Arc<Connections>>,
 ) -> Result<Client, Error> {
+    let connections = connections.unwrap_or_default();
     let mut config = loaded.config.clone();
     // The identity comes from the resolver, not from the static config.
     config.auth_info.client_certificate = None;
@@ -209,6 +173,7 @@ pub fn build_instrumented(
     let mut tls = config.rustls_client_config().map_err(Error::Setup)?;
     tls.client_auth_cert_resolver = cert.clone();
     let connect_timeout = config.connect_timeout;
+    let tracked = connections.clone();
     let make = move || {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -224,17 +189,20 @@ pub fn build_instrumented(
             .enable_http1()
             .wrap_connector(http);
         hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .build::<_, kube::client::Body>(https)
+            .build::<_, kube::client::Body>(connrotation::connector(https, tracked.clone()))
     };
     // A new certificate gets a new connection pool: later requests handshake
     // with it, while requests in flight (the pod watch) keep their connection.
-    let pool = Arc::new(parking_lot::Mutex::new((cert.generation(), make())));
+    // Closing all connections gets a new pool too, so no request picks a
+    // closed idle connection before the pool noticed.
+    let generation = move || (cert.generation(), connections.generation());
+    let pool = Arc::new(parking_lot::Mutex::new((generation(), make())));
     let connections = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let hyper = {
             let mut p = pool.lock();
-            let generation = cert.generation();
-            if p.0 != generation {
-                *p = (generation, make());
+            let now = generation();
+            if p.0 != now {
+                *p = (now, make());
             }
             p.1.clone()
         };
@@ -283,6 +251,7 @@ pub async fn from_kubeconfig_with(
             limiter,
             options.request_timeout,
             options.metrics,
+            options.connections,
         )
     })
     .await?;

@@ -19,7 +19,11 @@
 //! `nodeStatusUpdateRetry`); as upstream, only each try's GET and PATCH are
 //! bounded by the heartbeat client timeout, the smaller of
 //! `nodeStatusUpdateFrequency` and the lease duration, so a hung runtime
-//! cannot keep the status (NotReady) from being posted.
+//! cannot keep the status (NotReady) from being posted. A failed try after
+//! the first closes every connection of the kubelet's client (upstream
+//! `onRepeatedHeartbeatFailure`, `closeAllConns`): a request waiting on a
+//! connection whose peer vanished fails at once, and the next try dials a
+//! fresh one.
 
 pub mod compare;
 pub mod extended;
@@ -94,6 +98,9 @@ pub struct NodeStatusManager {
     /// The Node as the apiserver last returned it (registration, each
     /// status patch): labels and taints others set, for pod admission.
     pub latest: watch::Sender<Option<Node>>,
+    /// The client's connections, all closed on repeated failures (upstream
+    /// `OnHeartbeatFailure`).
+    pub connections: Option<Arc<kubelet_client::Connections>>,
 }
 
 /// Upstream `nodeStatusUpdateRetry`: tries per status interval.
@@ -295,6 +302,11 @@ impl NodeStatusManager {
             {
                 Ok(()) => return,
                 Err(e) => {
+                    if try_number > 0
+                        && let Some(c) = &self.connections
+                    {
+                        c.close_all();
+                    }
                     warn!(error = %e, try_number, "Error updating node status, will retry")
                 }
             }

@@ -352,6 +352,7 @@ fn manager(
         recorder: Arc::new(RecordingRecorder::default()),
         registered: tx,
         latest: watch::channel(None).0,
+        connections: None,
     };
     (m, rx, health)
 }
@@ -487,6 +488,7 @@ async fn an_existing_node_is_reconciled_not_replaced() {
 mod outage;
 
 mod extended_resources;
+mod heartbeat_failure;
 mod volumes_in_use;
 
 #[tokio::test(start_paused = true)]

@@ -6,10 +6,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use cri::RemoteRuntime;
-use kubelet_client::DynamicCert;
 use kubelet_client::certificate::manager::CertManager;
 use kubelet_client::clock::{Clock, SystemClock};
 use kubelet_client::events::{EventRecorder, EventSink};
+use kubelet_client::{Connections, DynamicCert};
 use kubelet_config::KubeletConfig;
 use kubelet_node::nodelease::LeaseController;
 use kubelet_node::nodestatus::NodeStatusManager;
@@ -33,6 +33,8 @@ use kubelet_podconfig::SourcesReady;
 pub(super) struct Cluster {
     pub client: kube::Client,
     pub cert: Arc<DynamicCert>,
+    /// The client's connections, closed on repeated heartbeat failures.
+    connections: Arc<Connections>,
     rotate: bool,
     pub recorder: Arc<EventRecorder>,
     sink: EventSink,
@@ -62,9 +64,14 @@ pub(super) async fn connect(
     )
     .await?;
     let c = &cfg.cluster;
+    // Upstream `closeAllConns`: the heartbeats close every connection of the
+    // client when they fail repeatedly.
+    let connections = Arc::new(Connections::new());
     let (client, cert) = kubelet_client::from_kubeconfig_with(
         kubeconfig,
-        kubelet_client::ClientOptions::new(c.kube_api_qps, c.kube_api_burst).with_metrics(metrics),
+        kubelet_client::ClientOptions::new(c.kube_api_qps, c.kube_api_burst)
+            .with_metrics(metrics)
+            .with_connections(connections.clone()),
     )
     .await?;
     let current = kubelet_client::certificate::store::current_path(&cfg.cert_dir);
@@ -82,6 +89,7 @@ pub(super) async fn connect(
     Ok(Some(Cluster {
         client,
         cert,
+        connections,
         rotate,
         recorder: Arc::new(recorder),
         sink,
@@ -113,6 +121,7 @@ impl Cluster {
     /// Starts the cluster subsystems; systemd hears "ready" once the Node is registered.
     pub(super) fn spawn(self, w: Wiring<'_>, tasks: &TaskTracker, stop: &CancellationToken) {
         let cfg = w.cfg;
+        let status_changed = kubelet_node::RuntimeState::status_changed(w.runtime_state.as_ref());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         self.recorder.event(
             &node_ref(&cfg.node_name),
@@ -146,6 +155,7 @@ impl Cluster {
             recorder: self.recorder.clone(),
             registered: w.registered_tx,
             latest: w.latest_node,
+            connections: Some(self.connections.clone()),
         };
         spawn_in(
             tasks,
@@ -158,6 +168,8 @@ impl Cluster {
             duration_seconds: cfg.cluster.node_lease_duration_seconds,
             clock,
             node_uid: w.registered.clone(),
+            connections: Some(self.connections.clone()),
+            recovered: Some(status_changed),
         };
         spawn_in(
             tasks,
