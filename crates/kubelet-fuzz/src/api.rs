@@ -6,10 +6,11 @@
 //! (`pkg/credentialprovider`), each followed by what the kubelet computes
 //! from the decoded object.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use kube::api::WatchEvent;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use kubelet_podconfig::{parse_pod_document, parse_pods_document};
@@ -21,7 +22,7 @@ use kubelet_runtime::credentialprovider::{make_docker_keyring, repo_to_pull};
 use kubelet_runtime::expansion::expand;
 use kubelet_types::Source;
 use kubelet_types::defaults::{apply_api_defaults, validate};
-use kubelet_types::fieldpath::extract_field_path_as_string;
+use kubelet_types::fieldpath::{extract_field_path_as_string, extract_resource_value};
 use kubelet_types::{pod, qos};
 
 const NODE: &str = "fuzz-node";
@@ -70,6 +71,10 @@ fn use_pod(mut p: Pod) {
         pod::grace_period(&p),
     );
     let _ = (pod::restart_policy(&p), pod::is_static(&p));
+    let allocatable: BTreeMap<String, ApiQuantity> = [("cpu", "2"), ("memory", "4Gi")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ApiQuantity(v.to_string())))
+        .collect();
     let containers = pod::init_containers(&p).iter().chain(pod::containers(&p));
     for c in containers {
         let _ = pod::container_hash(c);
@@ -77,10 +82,15 @@ fn use_pod(mut p: Pod) {
         let _ = repo_to_pull(c.image.as_deref().unwrap_or(""));
         let mut vars = HashMap::new();
         for e in c.env.iter().flatten() {
-            let field = e.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
-            let value = match field {
-                Some(f) => extract_field_path_as_string(&p, &f.field_path).unwrap_or_default(),
-                None => expand(e.value.as_deref().unwrap_or(""), &vars),
+            let from = e.value_from.as_ref();
+            let field = from.and_then(|v| v.field_ref.as_ref());
+            let resource = from.and_then(|v| v.resource_field_ref.as_ref());
+            let value = match (field, resource) {
+                (Some(f), _) => extract_field_path_as_string(&p, &f.field_path).unwrap_or_default(),
+                (None, Some(r)) => {
+                    extract_resource_value(r, &p, c, &allocatable).unwrap_or_default()
+                }
+                (None, None) => expand(e.value.as_deref().unwrap_or(""), &vars),
             };
             vars.insert(e.name.clone(), value);
         }

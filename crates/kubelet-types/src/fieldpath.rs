@@ -117,13 +117,17 @@ fn quantity(q: Option<&ApiQuantity>) -> Result<Quantity, FieldPathError> {
     }
 }
 
-/// `ceil(a / b)` for non-negative `b`; 0 when `b` is 0 (upstream divides
-/// floats and would give +Inf; validation forbids a zero divisor).
+/// `ceil(a / b)`; 0 when `b` is 0 (upstream divides floats and would give
+/// +Inf; validation forbids a zero divisor). The one quotient past `i64`
+/// (`i64::MIN / -1`, from a static pod's negative limit and divisor, which
+/// no apiserver would accept) saturates instead of panicking.
 fn ceil_div(a: i64, b: i64) -> i64 {
     if b == 0 {
         return 0;
     }
-    let (q, r) = (a / b, a % b);
+    let (Some(q), Some(r)) = (a.checked_div(b), a.checked_rem(b)) else {
+        return i64::MAX;
+    };
     if r != 0 && ((r > 0) == (b > 0)) {
         q + 1
     } else {
@@ -293,6 +297,30 @@ mod tests {
             extract_resource_value(&fs, &p, &spec.containers[1], &alloc).as_deref(),
             Ok("64"),
             "containerName picks the other container"
+        );
+    }
+
+    #[test]
+    fn a_quotient_past_i64_saturates() {
+        assert_eq!(ceil_div(i64::MIN, -1), i64::MAX);
+        assert_eq!(ceil_div(i64::MIN, 1), i64::MIN);
+        assert_eq!(ceil_div(-3, -2), 2);
+        assert_eq!(ceil_div(3, -2), -1);
+        assert_eq!(ceil_div(5, 0), 0);
+        // The static pod the fuzzer found (corpus/manifest/hostile_resource_divisor.json).
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "resources": {"limits": {"cpu": "-9223372036854775808"}}
+        }))
+        .expect("container");
+        let fs = ResourceFieldSelector {
+            resource: "limits.cpu".into(),
+            divisor: Some(ApiQuantity("-1m".into())),
+            container_name: None,
+        };
+        assert_eq!(
+            extract_container_resource_value(&fs, &c).as_deref(),
+            Ok("9223372036854775807")
         );
     }
 }
