@@ -27,7 +27,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use parking_lot::Mutex;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tower::{BoxError, Service, ServiceExt};
-use tracing::info;
+use tracing::debug;
 
 /// The connections a client made, closable together.
 #[derive(Debug, Default)]
@@ -49,7 +49,8 @@ impl Connections {
         let old = std::mem::take(&mut *self.current.lock());
         self.generation.fetch_add(1, Ordering::Relaxed);
         old.cancel();
-        info!("Closed all apiserver connections after repeated heartbeat failures");
+        // Each failed heartbeat try during an outage closes again: not news.
+        debug!("Closed all apiserver connections after repeated heartbeat failures");
     }
 
     /// How many times [`Connections::close_all`] ran: a client builds a new
