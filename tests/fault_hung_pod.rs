@@ -10,8 +10,13 @@
 //! than that threshold; once the hang is released, the hung pod is cleaned
 //! up with nothing left behind.
 //!
+//! Killing a pod reads its status first (as upstream's pod worker does), so
+//! the hung pod's kill waits on `ContainerStatus` and never reaches
+//! `StopContainer`; a second pod (label `fault=stop-hang`), whose stop
+//! calls alone hang, covers a kill stuck in `StopContainer`.
+//!
 //! Duration: the fault lasts `KUBELET_RS_FAULT_MINUTES` minutes (default
-//! 3.25, just past the 3-minute threshold: about 3.7 minutes of wall time
+//! 3.25, just past the 3-minute threshold: about 3.5 minutes of wall time
 //! in all). The 10-minute run is the same test with
 //! `KUBELET_RS_FAULT_MINUTES=10`, a benchmark-script parameter.
 
@@ -158,15 +163,32 @@ async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result
         running_and_ready,
     )
     .await;
-    let hang = proxy.add_rule(
+    // One rule per method, so each method's held calls are counted.
+    let hang: Vec<_> = HUNG
+        .iter()
+        .map(|m| {
+            let rule = Rule::new(Action::Hang)
+                .method(m)
+                .pod(PodSelector::Label("fault".into(), "hang".into()));
+            (*m, proxy.add_rule(rule))
+        })
+        .collect();
+    let hits = |m: &str| {
+        hang.iter()
+            .find(|(n, _)| *n == m)
+            .map_or(0, |(_, r)| r.hits())
+    };
+    // A second pod whose stop alone hangs (its status answers), so its kill
+    // reaches StopContainer; the first pod's kill waits on its status.
+    let stop_hang = proxy.add_rule(
         Rule::new(Action::Hang)
-            .methods(&HUNG)
-            .pod(PodSelector::Label("fault".into(), "hang".into())),
+            .methods(&["StopContainer", "StopPodSandbox"])
+            .pod(PodSelector::Label("fault".into(), "stop-hang".into())),
     );
     let fault_start = Instant::now();
     let window = fault_window();
 
-    // Three other pods start and become Ready while it hangs.
+    // Four other pods start and become Ready while it hangs.
     create(&j, "plain", plain(json!({"app": "plain"}))).await?;
     create(
         &j,
@@ -175,16 +197,23 @@ async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result
     )
     .await?;
     create(&j, "deleted", plain(json!({"app": "deleted"}))).await?;
-    for name in ["plain", "probed", "deleted"] {
+    create(
+        &j,
+        "stuck",
+        plain(json!({"app": "stuck", "fault": "stop-hang"})),
+    )
+    .await?;
+    for name in ["plain", "probed", "deleted", "stuck"] {
         j.wait_api(name, ready_timeout, "running and ready", running_and_ready)
             .await;
     }
-    assert!(
-        hang.hits() > 0 && proxy.held() > 0,
-        "the hung pod's calls are held (hits {}, held {})",
-        hang.hits(),
-        proxy.held()
-    );
+    // Its probe's ExecSync (every second) is held within moments.
+    until(
+        "a call of the hung pod held",
+        Duration::from_secs(30),
+        || async { proxy.held() > 0 },
+    )
+    .await;
 
     // The exec readiness probe of another pod keeps working: readiness
     // follows the file, changed behind the proxy's back.
@@ -205,9 +234,11 @@ async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result
     j.wait_api("probed", ready_timeout, "ready again", running_and_ready)
         .await;
 
-    // Deleting the hung pod sticks on its StopContainer; deleting another
-    // pod stops and removes it as usual.
+    // Deleting the hung pod sticks (its kill needs its status first, as
+    // upstream's), deleting the stuck pod sticks on its StopContainer;
+    // deleting another pod stops and removes it as usual.
     delete(&j, "hung").await?;
+    delete(&j, "stuck").await?;
     let deleted_id = first_container_id(&j.api_pod("deleted").unwrap_or_default());
     delete(&j, "deleted").await?;
     j.wait_api("deleted", Duration::from_secs(60), "deleted", |p| {
@@ -249,25 +280,38 @@ async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result
                 fault_start.elapsed()
             );
         }
-        assert!(
-            j.api_pod("hung").is_some(),
-            "the hung pod cannot be stopped"
-        );
+        for name in ["hung", "stuck"] {
+            assert!(j.api_pod(name).is_some(), "pod {name} cannot be stopped");
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    assert!(hang.hits() > 0, "calls were held");
+    let held: Vec<_> = HUNG.iter().map(|m| (*m, hits(m))).collect();
+    eprintln!("held calls of the hung pod by method: {held:?}");
+    assert!(
+        hits("ContainerStatus") > 0 && hits("ExecSync") > 0,
+        "{held:?}"
+    );
+    assert!(
+        stop_hang.hits() > 0,
+        "the stuck pod's StopContainer was held"
+    );
     assert!(proxy.calls("ListPodSandbox") > 0 && proxy.calls("RunPodSandbox") >= 4);
 
     // Released, the hung pod is stopped, deleted and removed.
-    hang.release();
-    j.wait_api("hung", Duration::from_secs(120), "deleted", |p| p.is_none())
+    for (_, rule) in &hang {
+        rule.release();
+    }
+    stop_hang.release();
+    for name in ["hung", "stuck"] {
+        j.wait_api(name, Duration::from_secs(120), "deleted", |p| p.is_none())
+            .await;
+        until(
+            "the pod's sandbox removed",
+            Duration::from_secs(60),
+            || async { sandboxes_of(&j, name).await.is_empty() },
+        )
         .await;
-    until(
-        "the hung pod's sandbox removed",
-        Duration::from_secs(60),
-        || async { sandboxes_of(&j, "hung").await.is_empty() },
-    )
-    .await;
+    }
 
     delete(&j, "plain").await?;
     delete(&j, "probed").await?;
