@@ -5,6 +5,9 @@
 //! the `..data` link only flips once it is whole); a pod created meanwhile
 //! waits with the same event; the running pod keeps running. Once space
 //! returns, the update lands and the waiting pod starts, with no restart.
+//! Then the pod log directory (`podLogsDir`, its own small tmpfs) fills up:
+//! a new container still starts, and its lines reach its log file once
+//! space returns.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -133,9 +136,20 @@ async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
 async fn a_full_root_dir_fails_volume_writes_with_an_event_keeps_old_data_and_recovers() {
     let t0 = tokio::time::Instant::now();
     let disk = SmallDisk::mount("16m");
+    let logs = SmallDisk::mount("4m");
     let root: PathBuf = disk.path().join("root");
+    let config = disk.path().join("kubelet-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: {}\n",
+            logs.path().display()
+        ),
+    )
+    .expect("config file");
     let j = Joined::start_with(Options::default(), |f, _| {
         f.root_dir = Some(root.clone());
+        f.config = Some(config.clone());
     })
     .await;
     let cm_name = format!("df-{}", j.node.name);
@@ -225,7 +239,51 @@ async fn a_full_root_dir_fails_volume_writes_with_an_event_keeps_old_data_and_re
         "the running pod never restarted"
     );
 
+    // The log directory fills up: containerd creates a new container's log
+    // file (an empty file takes no blocks) and the container starts; its
+    // lines are lost while the disk is full, and logged again once space
+    // returns. The running pods are not disturbed.
+    let log_filler = logs.path().join("filler");
+    let f = log_filler.clone();
+    tokio::task::spawn_blocking(move || fill(&f))
+        .await
+        .expect("fill task");
+    j.create_pod(
+        "chatty",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "while true; do echo tick; sleep 0.2; done"]}]
+        }),
+    )
+    .await;
+    let p = j
+        .wait_api("chatty", T, "Running", |p| phase(p) == Some("Running"))
+        .await;
+    let log = logs
+        .path()
+        .join(format!("default_{}_{}", j.pod_name("chatty"), uid(&p)))
+        .join("main/0.log");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let while_full = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "{:?} log dir full: {} bytes logged",
+        t0.elapsed(),
+        while_full
+    );
+    assert_eq!(phase(j.api_pod("full").as_ref()), Some("Running"));
+    std::fs::remove_file(&log_filler).expect("remove log filler");
+    wait_for("log lines once the log dir had space", T, || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains(" stdout F tick"))
+            .map(|_| ())
+    })
+    .await;
+    eprintln!("{:?} logging again", t0.elapsed());
+
     let _ = cms.delete(&cm_name, &DeleteParams::default()).await;
     j.cleanup().await;
+    drop(logs);
     drop(disk);
 }
