@@ -105,8 +105,10 @@ impl Node {
             .with_env_filter(kubelet_config::logs::filter_for(2))
             .with_test_writer()
             .try_init();
-        let runtime = require_runtime().await;
+        // The lock first: a test holding it may have stopped containerd
+        // on purpose (tests/fault_containerd_restart.rs).
         let lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
+        let runtime = require_runtime().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).expect("manifest dir");
