@@ -487,6 +487,7 @@ async fn an_existing_node_is_reconciled_not_replaced() {
 
 mod outage;
 
+mod clock_jumps;
 mod extended_resources;
 mod heartbeat_failure;
 mod volumes_in_use;
