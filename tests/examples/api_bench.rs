@@ -16,6 +16,13 @@
 //! are Ready it samples the kubelet for `API_BENCH_WINDOW` seconds (default
 //! 60) and prints, after the two numbers: kubelet CPU (cores), RSS (KiB),
 //! then readiness probes run, p50 ms, p99 ms, and the same for liveness.
+//!
+//! With `API_BENCH_DENSITY=1` (issue 20's density shape, with
+//! `API_BENCH_VOLUMES=1` for the token and ConfigMap) every pod sleeps with
+//! an exec readiness probe every 10 s; once all are Ready it samples the
+//! kubelet for `API_BENCH_WINDOW` seconds and prints, after the two
+//! numbers: CPU (cores), RSS (KiB), PLEG relists in the window, relist p50
+//! and p99 ms since the start.
 
 #[path = "bench_support/probes.rs"]
 mod probes;
@@ -57,7 +64,8 @@ async fn main() -> anyhow::Result<()> {
     api.write_admin_kubeconfig(&admin_conf)?;
     let node = format!("apibench-{:06x}", rand::random::<u32>() & 0xff_ffff);
     let with_probes = std::env::var("API_BENCH_PROBES").is_ok_and(|v| v == "1");
-    let read_only_port = if with_probes {
+    let density = std::env::var("API_BENCH_DENSITY").is_ok_and(|v| v == "1");
+    let read_only_port = if with_probes || density {
         std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port()
@@ -114,6 +122,8 @@ async fn main() -> anyhow::Result<()> {
             "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]});
         if with_probes {
             spec["containers"][0] = probes::container(IMAGE);
+        } else if density {
+            spec["containers"][0] = probes::density_container(IMAGE);
         }
         if volumes {
             spec["containers"][0]["volumeMounts"] = json!([
@@ -155,7 +165,23 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/"))
         .count();
-    if with_probes {
+    if density {
+        let window = std::env::var("API_BENCH_WINDOW")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(60);
+        let pid = kubelet.id().context("kubelet pid")?;
+        let before = probes::scrape_path(read_only_port, "/metrics").await?;
+        let (cpu, rss) = probes::sample(pid, Duration::from_secs(window)).await?;
+        let after = probes::scrape_path(read_only_port, "/metrics").await?;
+        let relist = "kubelet_pleg_relist_duration_seconds";
+        let (n0, _, _) = probes::histogram_quantiles(&before, relist, "");
+        let (n1, p50, p99) = probes::histogram_quantiles(&after, relist, "");
+        println!(
+            "{ms} {patches} {cpu:.3} {rss} {} {p50:.1} {p99:.1}",
+            n1 - n0
+        );
+    } else if with_probes {
         let window = std::env::var("API_BENCH_WINDOW")
             .ok()
             .and_then(|w| w.parse().ok())

@@ -9,6 +9,14 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Value, json};
 
+/// The container of a density-bench pod (`API_BENCH_DENSITY=1`): a
+/// sleeping busybox with an exec readiness probe at the default period.
+pub fn density_container(image: &str) -> Value {
+    json!({"name": "c", "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", "touch /tmp/ready; trap 'exit 0' TERM; while true; do sleep 1; done"],
+        "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 10}})
+}
+
 /// The container of a probe-bench pod.
 pub fn container(image: &str) -> Value {
     json!({"name": "c", "image": image, "imagePullPolicy": "IfNotPresent",
@@ -50,13 +58,23 @@ pub async fn sample(pid: u32, window: Duration) -> anyhow::Result<(f64, u64)> {
 /// text, with Prometheus' `histogram_quantile` interpolation over the
 /// buckets summed across containers.
 pub fn quantiles(text: &str, probe_type: &str) -> (u64, f64, f64) {
+    histogram_quantiles(
+        text,
+        "prober_probe_duration_seconds",
+        &format!("probe_type=\"{probe_type}\""),
+    )
+}
+
+/// (observations, p50 ms, p99 ms) of the seconds histogram `metric`, over
+/// its series whose labels contain `want` (all with `""`).
+pub fn histogram_quantiles(text: &str, metric: &str, want: &str) -> (u64, f64, f64) {
     let mut buckets: std::collections::BTreeMap<u64, f64> = Default::default();
-    let want = format!("probe_type=\"{probe_type}\"");
+    let prefix = format!("{metric}_bucket{{");
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("prober_probe_duration_seconds_bucket{") else {
+        let Some(rest) = line.strip_prefix(prefix.as_str()) else {
             continue;
         };
-        if !rest.contains(&want) {
+        if !rest.contains(want) {
             continue;
         }
         let le = rest
@@ -102,9 +120,14 @@ pub fn quantiles(text: &str, probe_type: &str) -> (u64, f64, f64) {
 
 /// Scrapes `/metrics/probes` from the read-only port.
 pub async fn scrape(port: u16) -> anyhow::Result<String> {
+    scrape_path(port, "/metrics/probes").await
+}
+
+/// Scrapes `path` from the read-only port.
+pub async fn scrape_path(port: u16, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(b"GET /metrics/probes HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .await?;
     let mut out = String::new();
     tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out)).await??;
