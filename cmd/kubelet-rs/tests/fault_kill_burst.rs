@@ -276,11 +276,12 @@ async fn wait_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_in_a_30_pod_burst_then_restart_runs_every_pod_once() {
+    // The lock first: a test holding it may have stopped containerd.
+    let _lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
     let rt = RemoteRuntime::new(ENDPOINT, None, Duration::from_secs(10)).expect("CRI client");
     rt.version().await.expect(
         "containerd must be running for this test: run deploy/setup-runtime.sh (hack/test.sh does)",
     );
-    let _lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
     let dir = tempfile::tempdir().expect("tempdir");
     let manifests = dir.path().join("manifests");
     let staging = dir.path().join("staging");

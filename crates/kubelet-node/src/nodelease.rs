@@ -95,6 +95,13 @@ impl Backoff {
     }
 }
 
+/// A conflict is an answer: the connections work, so it does not count
+/// towards closing them (upstream leaves `IsConflict` out of
+/// `onRepeatedHeartbeatFailure` too).
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 impl LeaseController {
     /// The renew period: a quarter of the lease duration.
     pub fn renew_interval(&self) -> Duration {
@@ -181,7 +188,8 @@ impl LeaseController {
                 Ok(Ok(_)) => None,
                 Ok(Err(e)) => {
                     warn!(error = %e, "Failed to update lease");
-                    Some(backoff.failed())
+                    let (wait, repeated) = backoff.failed();
+                    Some((wait, repeated && !is_conflict(&e)))
                 }
                 Err(_) => {
                     warn!(after = ?self.renew_interval(), "Lease update timed out");
@@ -218,6 +226,20 @@ mod tests {
     use super::*;
     use kubelet_client::clock::TokioClock;
     use kubelet_test_util::Cluster;
+
+    #[test]
+    fn only_failures_other_than_conflicts_close_connections() {
+        let status = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "Conflict")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_conflict(&status(409)));
+        assert!(!is_conflict(&status(500)));
+        assert!(!is_conflict(&kube::Error::LinesCodecMaxLineLengthExceeded));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn lease_is_created_owned_and_renewed_every_ten_seconds() {

@@ -135,10 +135,12 @@ impl AtomicWriter {
                 "{ctx}: performed write of new data to ts data directory: {}",
                 ts_dir.display()
             );
-            if let Some(set_perms) = set_perms {
-                set_perms(&ts_dir).inspect_err(|e| {
-                    tracing::error!("{ctx}: error applying ownership settings: {e}");
-                })?;
+            if let Some(set_perms) = set_perms
+                && let Err(e) = set_perms(&ts_dir)
+            {
+                tracing::error!("{ctx}: error applying ownership settings: {e}");
+                let _ = crate::removeall::remove_all_one_filesystem_blocking(&ts_dir);
+                return Err(e);
             }
             let new_data_dir = target.join(NEW_DATA_DIR_NAME);
             // A link left by a write that died here would fail every later
