@@ -184,13 +184,23 @@ fn assignment(
     Ok(got == want)
 }
 
+/// Waits until the pod-resources API lists `devs` for the container: after
+/// a kubelet restart the list is empty until the pod sources have given the
+/// pods back (upstream's `List` reads the pod manager too).
 async fn assert_assigned(j: &Joined, name: &str, container: &str, devs: &[&str]) {
-    let l = list(&j.node.root_dir()).await;
-    assert_eq!(
-        assignment(&l, &j.pod_name(name), container, devs),
-        Ok(true),
-        "{name}/{container} should hold {devs:?}: {l:#?}"
-    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = list(&j.node.root_dir()).await;
+        let got = assignment(&l, &j.pod_name(name), container, devs);
+        if got == Ok(true) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}/{container} should hold {devs:?}: {got:?} {l:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// What a compliant plugin does when the kubelet restarts (the kubelet
