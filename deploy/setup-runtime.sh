@@ -15,9 +15,16 @@
 #   sudo deploy/setup-runtime.sh --stop-containerd    # stop containerd (SIGTERM; containers keep
 #                                                     # running in their shims), wait until its socket is gone
 #   sudo deploy/setup-runtime.sh --start-containerd   # start it again the way step 4 does, wait until it answers
+#   sudo deploy/setup-runtime.sh --lane2  # after the set-up: a second containerd for the second test lane
 #
-# The last two are for fault tests (a containerd restart under running pods);
-# they touch nothing but the containerd daemon this script starts.
+# --stop/--start-containerd are for fault tests (a containerd restart under
+# running pods); they touch nothing but the containerd daemon this script
+# starts (never the second lane's).
+#
+# --lane2 starts a second containerd (own socket /run/containerd-lane2/,
+# root and state; the same CNI network, registries and
+# images), so that hack/test.sh can run the two apiserver profiles' passes
+# at once without one kubelet removing the other's pods (tests/lane.rs).
 #
 # The CNI bridge is added only when the node has no network of its own: if
 # the CNI config directory holds any other network configuration, it is left
@@ -28,6 +35,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SOCK=/run/containerd/containerd.sock
+LANE2_CONFIG=/etc/containerd/lane2.toml
+LANE2_SOCK=/run/containerd-lane2/containerd.sock
 REGISTRY=127.0.0.1:5000
 STATE=/var/lib/kubelet-rs
 LOGDIR=/var/log/kubelet-rs
@@ -48,6 +57,16 @@ log() { printf 'setup-runtime: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 containerd_up() { [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; }
+lane2_up() { [ -S "$LANE2_SOCK" ] && ctr --address "$LANE2_SOCK" version >/dev/null 2>&1; }
+# containerd processes other than the second lane's (oldest first).
+main_pids() {
+  local p
+  for p in $(pgrep -x containerd | sort -n); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "--config $LANE2_CONFIG" || echo "$p"
+  done
+}
+main_running() { [ -n "$(main_pids)" ]; }
+kill_main() { local p; p=$(main_pids); [ -z "$p" ] || kill "$@" $p 2>/dev/null || true; }
 registry_up() { curl -fsS -o /dev/null "http://$REGISTRY/v2/" 2>/dev/null; }
 image_in_registry() { skopeo inspect --tls-verify=false --raw "docker://$REGISTRY/$1" >/dev/null 2>&1; }
 # The auth registry answers /v2/ with 401 without credentials, 200 with them.
@@ -112,24 +131,24 @@ start_containerd() {
     systemctl enable containerd >/dev/null 2>&1 || true
     if [ $restart -eq 1 ]; then systemctl restart containerd; else systemctl start containerd; fi
   else
-    if [ $restart -eq 1 ] && pgrep -x containerd >/dev/null; then
+    if [ $restart -eq 1 ] && main_running; then
       log "restarting containerd for the new config"
-      pkill -x containerd || true
-      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+      kill_main
+      for _ in $(seq 50); do main_running || break; sleep 0.2; done
     fi
     # A containerd that is still shutting down (or still starting) holds no
     # socket: give it time to exit or come up before deciding.
     for _ in $(seq 50); do
       containerd_up && return 0
-      pgrep -x containerd >/dev/null || break
+      main_running || break
       sleep 0.2
     done
-    if pgrep -x containerd >/dev/null && ! containerd_up; then
+    if main_running && ! containerd_up; then
       log "containerd is running without its socket; restarting it"
-      pkill -x containerd || true
-      for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+      kill_main
+      for _ in $(seq 50); do main_running || break; sleep 0.2; done
     fi
-    if ! pgrep -x containerd >/dev/null; then
+    if ! main_running; then
       log "starting containerd (log: $LOGDIR/containerd.log)"
       setsid nohup containerd --config /etc/containerd/config.toml >>"$LOGDIR/containerd.log" 2>&1 < /dev/null &
     fi
@@ -145,7 +164,7 @@ stop_containerd() {
   local pid
   if [ -d /run/systemd/system ]; then
     systemctl stop containerd
-  elif pid="$(pgrep -o -x containerd)"; then
+  elif pid="$(main_pids | head -n1)" && [ -n "$pid" ]; then
     log "stopping containerd (pid $pid)"
     kill -TERM "$pid" || true
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -156,6 +175,39 @@ stop_containerd() {
   fi
   for _ in $(seq 100); do containerd_up || return 0; sleep 0.1; done
   die "containerd still answers on $SOCK"
+}
+
+# The second lane's containerd: the main config with its own root, state
+# and socket (the CRI stream server already takes a free port); restarted
+# when that config changes.
+start_lane2() {
+  [ -f /etc/containerd/config.toml ] || die "no /etc/containerd/config.toml: run $0 without arguments first"
+  local want pid
+  want="$(mktemp)"
+  sed -e 's|^root = "/var/lib/containerd"|root = "/var/lib/containerd-lane2"|' \
+      -e 's|^state = "/run/containerd"|state = "/run/containerd-lane2"|' \
+      -e 's|address = "/run/containerd/containerd.sock"|address = "/run/containerd-lane2/containerd.sock"|' \
+      /etc/containerd/config.toml > "$want"
+  for key in 'root = "/var/lib/containerd-lane2"' 'state = "/run/containerd-lane2"' \
+    "address = \"$LANE2_SOCK\""; do
+    grep -qF "$key" "$want" || die "could not set $key in $LANE2_CONFIG"
+  done
+  if ! cmp -s "$want" "$LANE2_CONFIG"; then
+    install -m 0644 "$want" "$LANE2_CONFIG"
+    log "wrote $LANE2_CONFIG"
+    if pid="$(pgrep -f -x "containerd --config $LANE2_CONFIG")"; then
+      log "restarting the second lane's containerd for its new config"
+      kill $pid || true
+      for _ in $(seq 50); do lane2_up || break; sleep 0.2; done
+    fi
+  fi
+  rm -f "$want"
+  lane2_up && return 0
+  pkill -f -x "containerd --config $LANE2_CONFIG" || true
+  log "starting the second lane's containerd on $LANE2_SOCK (log: $LOGDIR/containerd-lane2.log)"
+  setsid nohup containerd --config "$LANE2_CONFIG" >>"$LOGDIR/containerd-lane2.log" 2>&1 < /dev/null &
+  for _ in $(seq 100); do lane2_up && return 0; sleep 0.2; done
+  die "the second lane's containerd did not come up on $LANE2_SOCK (see $LOGDIR/containerd-lane2.log)"
 }
 
 # Sourced, as by a test: define the functions only.
@@ -182,8 +234,15 @@ case "${1:-}" in
   fi
   exit 0
   ;;
+--lane2)
+  [ "$(id -u)" -eq 0 ] || die "must run as root (it starts containerd)"
+  mkdir -p "$LOGDIR"
+  start_lane2
+  log "second lane: containerd answers on $LANE2_SOCK"
+  exit 0
+  ;;
 "") ;;
-*) die "unknown argument $1 (use --check, --stop-containerd, --start-containerd or nothing)" ;;
+*) die "unknown argument $1 (use --check, --stop-containerd, --start-containerd, --lane2 or nothing)" ;;
 esac
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts containerd)"

@@ -21,18 +21,20 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo test (unit + integration against containerd; apiserver double as 1.35)"
-KUBELET_RS_APISERVER_PROFILE=1.35 cargo test --workspace --locked 2>&1 | tee /tmp/kubelet-rs-test.log
-
-# Every test that starts the apiserver double runs again with the double
-# behaving as a 1.19 apiserver (crates/apiserver-double/src/profile.rs): the
-# unit tests, and each integration test whose file uses the cluster harness.
+# Two lanes at once (tests/lane.rs): every test with the apiserver double
+# as 1.35 against the main containerd, and meanwhile every test that starts
+# the double again as a 1.19 apiserver against a second containerd of its
+# own (so that neither lane's kubelets see the other's pods): the unit
+# tests, and each integration test whose file uses the cluster harness.
 # Not the fault tests that break the runtime or the disk (a hung pod, a
 # containerd restart, a full disk) or churn pods: they make no request the
 # other cluster tests do not make on both profiles, and would add minutes
 # of containerd restarts and held faults (the apiserver outage test does
 # run on both).
-echo "== cargo test again against the 1.19 apiserver profile"
+echo "== build every test"
+cargo test --workspace --locked --no-run
+deploy/setup-runtime.sh --lane2
+
 one_profile="fault_hung_pod fault_containerd_restart fault_disk_full churn"
 targets=()
 for name in $(sed -n 's/^name = "\(.*\)"$/\1/p' tests/Cargo.toml); do
@@ -41,8 +43,30 @@ for name in $(sed -n 's/^name = "\(.*\)"$/\1/p' tests/Cargo.toml); do
     targets+=(--test "$name")
   fi
 done
-KUBELET_RS_APISERVER_PROFILE=1.19 cargo test --workspace --locked --lib "${targets[@]}" 2>&1 |
-  tee -a /tmp/kubelet-rs-test.log
+
+log119=/tmp/kubelet-rs-test-1.19.log
+echo "== cargo test: lane 1 with the apiserver double as 1.35; lane 2 (lines marked [1.19]) as 1.19"
+(
+  set +e
+  KUBELET_RS_TEST_LANE=2 KUBELET_RS_APISERVER_PROFILE=1.19 \
+    cargo test --workspace --locked --lib "${targets[@]}" >"$log119" 2>&1
+  echo $? >"$log119.rc"
+) &
+lane2=$!
+tail -n +1 -F --pid=$lane2 "$log119" 2>/dev/null | sed -u 's/^/[1.19] /' &
+follow=$!
+set +e
+KUBELET_RS_APISERVER_PROFILE=1.35 cargo test --workspace --locked 2>&1 | tee /tmp/kubelet-rs-test.log
+rc135=${PIPESTATUS[0]}
+wait $lane2
+wait $follow
+set -e
+rc119=$(cat "$log119.rc" 2>/dev/null || echo 1)
+cat "$log119" >>/tmp/kubelet-rs-test.log
 passed=$(grep -Eo '^test result: ok\. [0-9]+ passed' /tmp/kubelet-rs-test.log | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' /tmp/kubelet-rs-test.log | awk '{s+=$1} END {print s+0}')
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed (lane 1.35 exit $rc135, lane 1.19 exit $rc119)"
+if [ "$rc135" -ne 0 ] || [ "$rc119" -ne 0 ]; then
+  grep -E '^(\[1\.19\] )?(failures:|    [a-z_:]+$|test .* FAILED)' /tmp/kubelet-rs-test.log "$log119" | head -40 >&2 || true
+  exit 1
+fi

@@ -156,7 +156,7 @@ async fn rejected_pods_fail_with_upstreams_reasons_and_safe_sysctls_apply() {
         .await
         .expect("pod");
     let uid = p["metadata"]["uid"].as_str().expect("uid");
-    let log_dir = std::path::Path::new("/var/log/pods")
+    let log_dir = kubelet_rs_integration::pod_logs_dir()
         .join(format!("default_{}_{uid}", j.pod_name("sysctl-safe")))
         .join("test-container/0.log");
     let log = std::fs::read_to_string(&log_dir).expect("log");

@@ -77,11 +77,12 @@ fn entries(dir: &Path) -> usize {
 /// Pod cgroups of `uids` under the memory controller's `kubepods` (cgroupfs
 /// driver, v1 or v2).
 fn pod_cgroups(uids: &[String]) -> usize {
-    let roots = ["/sys/fs/cgroup/memory/kubepods", "/sys/fs/cgroup/kubepods"];
+    let roots =
+        ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"].map(|c| lane::kubepods_under(Path::new(c)));
     let mut n = 0;
-    for root in roots {
+    for root in &roots {
         for sub in ["", "burstable", "besteffort"] {
-            let dir = Path::new(root).join(sub);
+            let dir = root.join(sub);
             let Ok(rd) = std::fs::read_dir(&dir) else {
                 continue;
             };

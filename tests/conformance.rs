@@ -12,7 +12,7 @@
 //! `tmpfs` for the tmpfs magic, the other filesystem magics in decimal).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+
 use std::time::Duration;
 
 use apiserver_double::Options;
@@ -300,12 +300,12 @@ impl Suite {
 
     /// The container's log as `kubectl logs` shows it (both streams, CRI
     /// prefixes stripped, partial lines joined), from the kubelet's CRI log
-    /// file under `/var/log/pods` (the latest instance).
+    /// file under `podLogsDir` (the latest instance).
     pub fn log(&self, short: &str, container: &str) -> Option<String> {
         let uid = self.api_pod(short)?["metadata"]["uid"]
             .as_str()?
             .to_string();
-        let dir = Path::new("/var/log/pods")
+        let dir = crate::pod_logs_dir()
             .join(format!("{NS}_{}_{uid}", self.name(short)))
             .join(container);
         let newest = std::fs::read_dir(&dir)

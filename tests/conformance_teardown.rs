@@ -109,7 +109,7 @@ impl Suite {
 
 fn remove_pod_logs(pod: &str) {
     let prefix = format!("{NS}_{pod}_");
-    if let Ok(rd) = std::fs::read_dir("/var/log/pods") {
+    if let Ok(rd) = std::fs::read_dir(crate::pod_logs_dir()) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(&prefix) {
                 let _ = std::fs::remove_dir_all(e.path());

@@ -9,7 +9,7 @@
 //! `ContainerGCPeriod`), so the test waits for one run after the first.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cri::{RuntimeService, pb};
@@ -81,7 +81,7 @@ async fn add_dead_container(
 }
 
 fn pod_log_dir(uid: &str, pod_name: &str) -> PathBuf {
-    Path::new("/var/log/pods").join(format!("default_{pod_name}_{uid}"))
+    kubelet_rs_integration::pod_logs_dir().join(format!("default_{pod_name}_{uid}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

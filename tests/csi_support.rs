@@ -278,10 +278,9 @@ pub(crate) fn uid(p: &Option<Value>) -> String {
 
 /// What container `main` of the pod printed.
 pub(crate) fn log_of(j: &Joined, name: &str, uid: &str) -> String {
-    let path = format!(
-        "/var/log/pods/default_{}_{uid}/main/0.log",
-        j.pod_name(name)
-    );
+    let path = kubelet_rs_integration::pod_logs_dir()
+        .join(format!("default_{}_{uid}", j.pod_name(name)))
+        .join("main/0.log");
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

@@ -119,7 +119,7 @@ pub fn container_log(j: &Joined, name: &str, container: &str) -> String {
     else {
         return String::new();
     };
-    let path = PathBuf::from("/var/log/pods")
+    let path = kubelet_rs_integration::pod_logs_dir()
         .join(format!("default_{}_{uid}", j.pod_name(name)))
         .join(container)
         .join("0.log");

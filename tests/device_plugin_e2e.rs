@@ -5,7 +5,7 @@
 //! restarts, as a compliant plugin does), pods print the device they got, and
 //! the pod-resources API cross-checks the kubelet's view of the assignment.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -55,7 +55,7 @@ fn newest_log(j: &Joined, name: &str, container: &str) -> String {
     let Some(uid) = uid(j, name) else {
         return String::new();
     };
-    let dir = PathBuf::from("/var/log/pods")
+    let dir = kubelet_rs_integration::pod_logs_dir()
         .join(format!("default_{}_{uid}", j.pod_name(name)))
         .join(container);
     let newest = std::fs::read_dir(&dir)

@@ -74,6 +74,8 @@ async fn memory_pressure_evicts_the_best_effort_hog_and_refuses_best_effort_pods
     // 3000Mi of tmpfs, so the node crosses it by about 1.5Gi. Both margins
     // are wide: this machine's working set (page cache left active by the
     // build just before) was seen to move by over 800Mi within seconds.
+    // The other test lane (tests/lane.rs) must not fill memory meanwhile.
+    let _memory = kubelet_rs_integration::lane::host_lock("memory").await;
     let available = memory_available();
     let threshold_mi = available / MI - 1500;
     let j = Joined::start_with(Options::default(), |f, _| {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use apiserver_double::Options;
 use cri::{RemoteRuntime, RuntimeService};
 use kubelet_rs_integration::cluster::{Joined, condition, phase, sleeper};
-use kubelet_rs_integration::{ENDPOINT, Node};
+use kubelet_rs_integration::{Node, endpoint};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -170,7 +170,7 @@ async fn containerd_restart_keeps_pods_and_the_node_is_ready_again() {
 
     containerd.start();
     // The moment containerd answers Version again, on a fresh connection.
-    let probe = RemoteRuntime::new(ENDPOINT, None, Duration::from_secs(2)).expect("CRI client");
+    let probe = RemoteRuntime::new(endpoint(), None, Duration::from_secs(2)).expect("CRI client");
     let answer_deadline = Instant::now() + Duration::from_secs(30);
     while probe.version().await.is_err() {
         assert!(Instant::now() < answer_deadline, "containerd answers");

@@ -33,7 +33,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kubelet_node::RuntimeState as _;
 use kubelet_rs_integration::cluster::{Joined, condition, phase};
-use kubelet_rs_integration::{BUSYBOX, ENDPOINT, prom_text};
+use kubelet_rs_integration::{BUSYBOX, endpoint, prom_text};
 use kubelet_test_util::cri_proxy::{Action, CriProxy, PodSelector, Rule};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -169,7 +169,7 @@ async fn until<F: std::future::Future<Output = bool>>(
 async fn one_pod_with_hung_cri_calls_does_not_stall_the_node() -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    let proxy = CriProxy::start(dir.path().join("cri.sock"), ENDPOINT).await?;
+    let proxy = CriProxy::start(dir.path().join("cri.sock"), endpoint()).await?;
     let endpoint = proxy.endpoint();
     let j = Joined::start_with(Options::default(), |f, _| {
         f.container_runtime_endpoint = Some(endpoint);

@@ -81,7 +81,7 @@ async fn hold(proxy: &CriProxy, rules: Vec<Rule>, what: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_garbage_from_the_runtime_neither_panic_nor_restart_and_pass() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let proxy = CriProxy::start(dir.path().join("cri.sock"), ENDPOINT)
+    let proxy = CriProxy::start(dir.path().join("cri.sock"), endpoint())
         .await
         .expect("proxy");
     let endpoint = proxy.endpoint();

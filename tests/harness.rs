@@ -22,24 +22,27 @@ pub mod api_compat;
 pub mod cluster;
 #[path = "conformance.rs"]
 pub mod conformance;
+#[path = "lane.rs"]
+pub mod lane;
 #[path = "node_api_client.rs"]
 pub mod node_api;
 #[path = "prom_text.rs"]
 pub mod prom_text;
 
-/// The CRI socket the tests use.
-pub const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub use lane::{endpoint, pod_logs_dir};
 /// Image built by the setup script.
 pub const BUSYBOX: &str = "localhost:5000/busybox:1.35";
 
 /// Fails loudly when containerd is not there: these tests never skip.
 pub async fn require_runtime() -> RemoteRuntime {
-    let rt = RemoteRuntime::new(ENDPOINT, None, Duration::from_secs(10)).expect("CRI client");
+    let endpoint = endpoint();
+    let rt = RemoteRuntime::new(endpoint, None, Duration::from_secs(10)).expect("CRI client");
     match rt.version().await {
         Ok(_) => rt,
         Err(e) => panic!(
-            "containerd is not reachable on {ENDPOINT} ({e}). The integration tests need the real runtime: \
-             run `sudo deploy/setup-runtime.sh` (hack/test.sh does it for you)."
+            "containerd is not reachable on {endpoint} ({e}). The integration tests need the real runtime: \
+             run `sudo deploy/setup-runtime.sh` (hack/test.sh does it for you; lane 2 is \
+             `setup-runtime.sh --lane2`)."
         ),
     }
 }
@@ -92,12 +95,6 @@ fn quiet_housekeeping(flags: &mut Flags, file: Option<&kubelet_config::KubeletCo
     }
 }
 
-fn lock() -> File {
-    let f = File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
-    f.lock().expect("lock");
-    f
-}
-
 impl Node {
     /// Starts a kubelet with `tweak` applied to its flags.
     pub async fn start(tweak: impl FnOnce(&mut Flags)) -> Node {
@@ -107,8 +104,11 @@ impl Node {
             .try_init();
         // The lock first: a test holding it may have stopped containerd
         // on purpose (tests/fault_containerd_restart.rs).
-        let lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
+        let lock = tokio::task::spawn_blocking(lane::lock)
+            .await
+            .expect("lock task");
         let runtime = require_runtime().await;
+        lane::ensure_cgroup_root();
         let dir = tempfile::tempdir().expect("tempdir");
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).expect("manifest dir");
@@ -121,7 +121,7 @@ impl Node {
             port: Some(free_port()),
             read_only_port: Some(0),
             file_check_frequency: Some("2s".into()),
-            container_runtime_endpoint: Some(ENDPOINT.into()),
+            container_runtime_endpoint: Some(endpoint().into()),
             ..Flags::default()
         };
         flags.extra.push("address", "127.0.0.1").expect("--address");
@@ -132,7 +132,13 @@ impl Node {
                 .0
         });
         quiet_housekeeping(&mut flags, file.as_ref());
-        let cfg = KubeletConfig::resolve(&flags, file.as_ref(), "unused").expect("config");
+        if flags.cgroup_root.is_none() && file.as_ref().is_none_or(|f| f.cgroup_root.is_none()) {
+            flags.cgroup_root = lane::lane().cgroup_root.map(String::from);
+        }
+        let mut cfg = KubeletConfig::resolve(&flags, file.as_ref(), "unused").expect("config");
+        if file.as_ref().is_none_or(|f| f.pod_logs_dir.is_none()) {
+            cfg.pod_logs_dir = pod_logs_dir();
+        }
         let mut node = Node {
             name,
             dir,
@@ -282,9 +288,7 @@ impl Node {
             let _ = self.runtime.stop_pod_sandbox(&s.id).await;
             let _ = self.runtime.remove_pod_sandbox(&s.id).await;
         }
-        let _ = std::fs::remove_dir_all(
-            Path::new("/var/log/pods").join(format!("default_x_{}", self.name)),
-        );
+        let _ = std::fs::remove_dir_all(pod_logs_dir().join(format!("default_x_{}", self.name)));
         unmount_under(self.dir.path());
     }
 

@@ -48,9 +48,7 @@ fn pull_secret(name: &str, user: &str, password: &str) -> Secret {
 /// The machine-wide lock the harness's kubelets hold: the private image is
 /// removed and pulled here, which a kubelet test must not see half done.
 fn lock() -> File {
-    let f = File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
-    f.lock().expect("lock");
-    f
+    kubelet_rs_integration::lane::lock()
 }
 
 async fn remove(rt: &RemoteRuntime) {

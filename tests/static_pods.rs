@@ -73,7 +73,7 @@ async fn static_pod_runs_with_upstream_names_labels_and_logs() -> anyhow::Result
     );
 
     // Logs under /var/log/pods/<ns>_<name>_<uid>/<container>/<restartCount>.log.
-    let log = std::path::Path::new("/var/log/pods")
+    let log = kubelet_rs_integration::pod_logs_dir()
         .join(format!("default_{}_{}", node.pod_name("web"), uid))
         .join("c/0.log");
     let mut found = false;
@@ -157,7 +157,9 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
     } else {
         std::path::Path::new("/sys/fs/cgroup")
     };
-    let cg = base.join("kubepods/besteffort").join(format!("pod{uid}"));
+    let cg = kubelet_rs_integration::lane::kubepods_under(base)
+        .join("besteffort")
+        .join(format!("pod{uid}"));
     assert!(
         cg.is_dir(),
         "pod cgroup {} exists while running",

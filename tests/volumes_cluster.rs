@@ -198,10 +198,11 @@ async fn the_kube_api_access_volume_has_a_bound_token_the_ca_and_the_namespace()
         .wait_api("sa", T, "Succeeded", |p| phase(p) == Some("Succeeded"))
         .await;
     let uid = uid(&p);
-    let logs = std::fs::read_to_string(format!(
-        "/var/log/pods/default_{}_{uid}/main/0.log",
-        j.pod_name("sa")
-    ))
+    let logs = std::fs::read_to_string(
+        kubelet_rs_integration::pod_logs_dir()
+            .join(format!("default_{}_{uid}", j.pod_name("sa")))
+            .join("main/0.log"),
+    )
     .expect("log");
     let out: String = logs
         .lines()

@@ -1,7 +1,8 @@
 //! Upstream's hostPath specs (`test/e2e/common/storage/host_path.go`) on one
 //! joined kubelet. Same pods, busybox for agnhost (see `conformance::MOUNTTEST`).
 //! The volumes are the host's /tmp, as upstream's; the files the specs write
-//! there are removed before and after, while the test holds the kubelet lock.
+//! there are removed before and after, while the test holds the host's /tmp
+//! lock and the kubelet lock.
 
 use kubelet_rs_integration::conformance::*;
 use serde_json::{Value, json};
@@ -39,9 +40,12 @@ fn clean_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_path_specs() {
+    // The host's /tmp is shared with the other test lane (tests/lane.rs):
+    // its lock first, then the lane's kubelet lock (taken by the suite).
+    let _tmp = kubelet_rs_integration::lane::host_lock("tmp").await;
     let s = Suite::start().await;
-    // Only while this test holds the machine's kubelet lock: another test
-    // process may be running these specs on the same /tmp.
+    // Only while this test holds the locks: another test process may be
+    // running these specs on the same /tmp.
     clean_host();
     // The first container checks the mode; the second runs `mounttest` without flags.
     s.pod(
