@@ -1,0 +1,2 @@
+//! Placeholder: the churn benchmark (being written).
+fn main() {}
