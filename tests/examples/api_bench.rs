@@ -24,13 +24,16 @@
 //! numbers: CPU (cores), RSS (KiB), PLEG relists in the window, relist p50
 //! and p99 ms since the start.
 
+#[path = "bench_support/cluster.rs"]
+mod cluster;
 #[path = "bench_support/probes.rs"]
 mod probes;
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use apiserver_double::{ApiServer, BOOTSTRAP_TOKEN, Options};
+use anyhow::bail;
+use apiserver_double::Options;
+use cluster::{Cluster, Start};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -56,13 +59,6 @@ async fn main() -> anyhow::Result<()> {
         _ => bail!("usage: api_bench KUBELET_BIN N [kubelet flags...]"),
     };
     let extra = &args[3..];
-    let api = ApiServer::start(Options::default()).await?;
-    let work = tempfile::tempdir()?;
-    let bootstrap = work.path().join("bootstrap.conf");
-    api.write_token_kubeconfig(&bootstrap, BOOTSTRAP_TOKEN)?;
-    let admin_conf = work.path().join("admin.conf");
-    api.write_admin_kubeconfig(&admin_conf)?;
-    let node = format!("apibench-{:06x}", rand::random::<u32>() & 0xff_ffff);
     let with_probes = std::env::var("API_BENCH_PROBES").is_ok_and(|v| v == "1");
     let density = std::env::var("API_BENCH_DENSITY").is_ok_and(|v| v == "1");
     let read_only_port = if with_probes || density {
@@ -72,49 +68,24 @@ async fn main() -> anyhow::Result<()> {
     } else {
         0
     };
-    let log = std::fs::File::create(work.path().join("kubelet.log"))?;
-    let mut kubelet = tokio::process::Command::new(&bin)
-        .arg(format!(
-            "--kubeconfig={}",
-            work.path().join("kubelet.conf").display()
-        ))
-        .arg(format!("--bootstrap-kubeconfig={}", bootstrap.display()))
-        .arg(format!("--cert-dir={}", work.path().join("pki").display()))
-        .arg(format!("--root-dir={}", work.path().join("root").display()))
-        .arg(format!("--hostname-override={node}"))
-        .arg("--healthz-port=0")
-        .arg("--address=127.0.0.1")
-        .arg(format!("--read-only-port={read_only_port}"))
-        .args(extra)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .context("start kubelet-rs")?;
-    let admin = kubelet_client::from_kubeconfig(&admin_conf, 1000.0, 1000)
-        .await?
-        .0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while api.get("nodes", "", &node).is_none() {
-        if Instant::now() > deadline {
-            bail!(
-                "node did not register; see {}",
-                work.path().join("kubelet.log").display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Let the node settle (first status, lease) before the burst.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut cluster = Cluster::start(Start {
+        bin: &bin,
+        node_prefix: "apibench",
+        read_only_port,
+        extra,
+        options: Options::default(),
+    })
+    .await?;
+    let (api, node) = (&cluster.api, cluster.node.clone());
     let volumes = std::env::var("API_BENCH_VOLUMES").is_ok_and(|v| v == "1");
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.admin.clone(), "default");
     if volumes {
         let cm: ConfigMap = serde_json::from_value(json!({
             "metadata": {"name": "bench-cm"}, "data": {"key": "v1"}
         }))?;
         cms.create(&PostParams::default(), &cm).await?;
     }
-    let pods: Api<Pod> = Api::namespaced(admin, "default");
+    let pods: Api<Pod> = Api::namespaced(cluster.admin.clone(), "default");
     let names: Vec<String> = (0..n).map(|i| format!("p{i}-{node}")).collect();
     let start = Instant::now();
     let creates = names.iter().map(|name| {
@@ -126,17 +97,7 @@ async fn main() -> anyhow::Result<()> {
             spec["containers"][0] = probes::density_container(IMAGE);
         }
         if volumes {
-            spec["containers"][0]["volumeMounts"] = json!([
-                {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
-                {"name": "cm", "mountPath": "/etc/cm"},
-                {"name": "scratch", "mountPath": "/scratch"}]);
-            spec["volumes"] = json!([
-                {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}},
-                {"name": "cm", "configMap": {"name": "bench-cm"}},
-                {"name": "scratch", "emptyDir": {}}]);
+            cluster::add_volumes(&mut spec, "bench-cm");
         }
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))
             .expect("pod");
@@ -170,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
             .ok()
             .and_then(|w| w.parse().ok())
             .unwrap_or(60);
-        let pid = kubelet.id().context("kubelet pid")?;
+        let pid = cluster.pid()?;
         let before = probes::scrape_path(read_only_port, "/metrics").await?;
         let (cpu, rss) = probes::sample(pid, Duration::from_secs(window)).await?;
         let after = probes::scrape_path(read_only_port, "/metrics").await?;
@@ -186,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
             .ok()
             .and_then(|w| w.parse().ok())
             .unwrap_or(60);
-        let pid = kubelet.id().context("kubelet pid")?;
+        let pid = cluster.pid()?;
         let before = probes::scrape(read_only_port).await?;
         let (cpu, rss) = probes::sample(pid, Duration::from_secs(window)).await?;
         let after = probes::scrape(read_only_port).await?;
@@ -206,8 +167,9 @@ async fn main() -> anyhow::Result<()> {
             .filter_map(|name| api.get("pods", "default", name))
             .filter_map(|p| p["metadata"]["uid"].as_str().map(String::from))
             .map(|uid| {
-                work.path()
-                    .join("root/pods")
+                cluster
+                    .root_dir()
+                    .join("pods")
                     .join(uid)
                     .join("volumes/kubernetes.io~configmap/cm/key")
             })
@@ -251,22 +213,7 @@ async fn main() -> anyhow::Result<()> {
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let _ = kubelet.start_kill();
-    let _ = kubelet.wait().await;
-    let rt = cri::RemoteRuntime::new(
-        "unix:///run/containerd/containerd.sock",
-        None,
-        Duration::from_secs(30),
-    )?;
-    use cri::RuntimeService;
-    for s in rt.list_pod_sandbox(None).await? {
-        if s.labels
-            .get("io.kubernetes.pod.name")
-            .is_some_and(|p| p.ends_with(&node))
-        {
-            let _ = rt.stop_pod_sandbox(&s.id).await;
-            let _ = rt.remove_pod_sandbox(&s.id).await;
-        }
-    }
-    Ok(())
+    cluster
+        .cleanup("unix:///run/containerd/containerd.sock")
+        .await
 }
