@@ -58,10 +58,10 @@ die() { log "ERROR: $*"; exit 1; }
 
 containerd_up() { [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; }
 lane2_up() { [ -S "$LANE2_SOCK" ] && ctr --address "$LANE2_SOCK" version >/dev/null 2>&1; }
-# containerd processes other than the second lane's (oldest first).
+# containerd processes other than the second lane's.
 main_pids() {
   local p
-  for p in $(pgrep -x containerd | sort -n); do
+  for p in $(pgrep -x containerd); do
     tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "--config $LANE2_CONFIG" || echo "$p"
   done
 }
@@ -164,7 +164,7 @@ stop_containerd() {
   local pid
   if [ -d /run/systemd/system ]; then
     systemctl stop containerd
-  elif pid="$(main_pids | head -n1)" && [ -n "$pid" ]; then
+  elif pid="$(main_pids | sed -n 1p)" && [ -n "$pid" ]; then
     log "stopping containerd (pid $pid)"
     kill -TERM "$pid" || true
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -47,6 +47,12 @@ struct ContainerdStopped {
 
 impl ContainerdStopped {
     fn stop() -> Self {
+        // The script stops and starts the main containerd: lane 1's.
+        assert_eq!(
+            kubelet_rs_integration::lane::lane().number,
+            1,
+            "fault_containerd_restart runs in lane 1 only (hack/test.sh)"
+        );
         let guard = ContainerdStopped { started: false };
         assert!(run_setup("--stop-containerd"), "containerd stops");
         guard

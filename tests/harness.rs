@@ -62,11 +62,11 @@ pub struct Node {
     _lock: File,
 }
 
-/// A loopback port nothing listens on right now (tests hold the machine
-/// lock, so no other kubelet takes it in between).
+/// A loopback port nothing listens on right now, for a server the test
+/// starts later: taken from this lane's own range ([`lane::free_port`]), so
+/// neither the other lane nor any port-0 bind takes it in between.
 pub fn free_port() -> i32 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    i32::from(l.local_addr().expect("local addr").port())
+    i32::from(lane::free_port())
 }
 
 /// Test kubelets run without eviction thresholds and with image garbage

@@ -71,6 +71,23 @@ pub fn kubepods_under(controller: &std::path::Path) -> PathBuf {
     controller.join(root).join("kubepods")
 }
 
+/// A loopback port nothing listens on right now, from this lane's own range
+/// (lane 1: 20000-24999, lane 2: 25000-29999), below the kernel's ephemeral
+/// range (32768 and up) that every `:0` bind draws from: a port picked here
+/// and bound a moment later by a kubelet or test server is never taken in
+/// between by the other lane or an ephemeral bind. Within a lane the
+/// machine lock keeps kubelets one at a time.
+pub fn free_port() -> u16 {
+    let base = 20_000 + 5_000 * u16::from(lane().number - 1);
+    for _ in 0..1_000 {
+        let port = base + rand::random::<u16>() % 5_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {base}..{}", base + 5_000)
+}
+
 /// Takes this lane's machine lock (blocking: call from `spawn_blocking`).
 pub fn lock() -> std::fs::File {
     let f = std::fs::File::create(lane().lock_path).expect("lock file");
@@ -108,12 +125,11 @@ pub fn ensure_cgroup_root() {
         let dir = base.join(root);
         std::fs::create_dir_all(&dir).expect("lane cgroup root");
         let controllers =
-            std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-        let enable: Vec<String> = controllers
-            .split_whitespace()
-            .map(|c| format!("+{c}"))
-            .collect();
-        let _ = std::fs::write(dir.join("cgroup.subtree_control"), enable.join(" "));
+            std::fs::read_to_string(dir.join("cgroup.controllers")).expect("cgroup.controllers");
+        for c in controllers.split_whitespace() {
+            std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"))
+                .unwrap_or_else(|e| panic!("delegating {c} to {}: {e}", dir.display()));
+        }
         return;
     }
     for e in std::fs::read_dir(base).expect("/sys/fs/cgroup").flatten() {

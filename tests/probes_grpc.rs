@@ -45,10 +45,7 @@ impl Health for Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    kubelet_rs_integration::lane::free_port()
 }
 
 fn grpc_pod(port: u16, service: Option<&str>, initial_delay: i32) -> Value {

@@ -42,7 +42,12 @@ fn cg(ctl: &str, rel: &str) -> PathBuf {
 /// containerd's own oom_score_adj (the floor `restrict_oom_score_adj` keeps).
 fn containerd_oom_score_adj() -> i64 {
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "containerd") {
+        let lane2 = std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("lane2.toml"));
+        if !lane2
+            && std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "containerd")
+        {
             return read_i64(&e.path().join("oom_score_adj"));
         }
     }

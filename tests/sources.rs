@@ -95,10 +95,7 @@ async fn get_healthz_path(addr: std::net::SocketAddr, path: &str) -> anyhow::Res
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    kubelet_rs_integration::lane::free_port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
