@@ -110,7 +110,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    logging::init(cfg.verbosity);
+    logging::init(cfg.verbosity, cfg.logging_format);
     for field in ignored {
         warn!(%field, "Unknown field in the config file; ignored");
     }

@@ -117,6 +117,8 @@ pub struct KubeletConfig {
     pub feature_gates: BTreeMap<String, bool>,
     /// klog verbosity.
     pub verbosity: u8,
+    /// `--logging-format` / `logging.format`: klog text or JSON lines.
+    pub logging_format: logs::LogFormat,
     /// Cluster-mode settings.
     pub cluster: ClusterConfig,
     /// `--lock-file`: held with an exclusive flock while the kubelet runs.
@@ -421,6 +423,7 @@ impl KubeletConfig {
         if verbosity > 10 {
             return Err(invalid("--v", verbosity.to_string(), "0 to 10"));
         }
+        let logging_format = logs::resolve_format(flags, f)?;
 
         let lock_file = flags
             .lock_file
@@ -531,6 +534,7 @@ impl KubeletConfig {
             pod_infra_container_image: nonempty(flags.pod_infra_container_image.clone()),
             feature_gates,
             verbosity,
+            logging_format,
             cluster,
             lock_file,
             exit_on_lock_contention,

@@ -343,6 +343,9 @@ fn honoured(f: &UpstreamFlag, value: &SettingValue) -> bool {
         .is_some_and(|h| &h == value)
 }
 
+/// Config-backed flags the [`crate::logs`] setup acts on.
+const ACTED_ON_BY_LOGS: &[&str] = &["logging-format"];
+
 /// One warning for each given flag kubelet-rs does not act on, in table
 /// order: not implemented (config-backed or command-line-only), or removed
 /// upstream. A value that asks for what kubelet-rs already does draws none.
@@ -365,6 +368,8 @@ pub fn flag_warnings(flags: &Flags) -> Vec<FlagWarning> {
                 continue;
             }
             FlagKind::Config if f.acted_on => continue,
+            // `logs` acts on it (text or JSON lines; other names are refused).
+            FlagKind::Config if ACTED_ON_BY_LOGS.contains(&f.name) => continue,
             FlagKind::Config | FlagKind::NotImplemented => WarningCategory::NotImplemented,
             FlagKind::Removed(v) => WarningCategory::Removed(v),
         };
@@ -500,13 +505,14 @@ mod tests {
             [
                 "flag --cloud-provider is accepted but not implemented by kubelet-rs; ignored",
                 "flag --cpu-manager-policy is accepted but not implemented by kubelet-rs; ignored",
-                "flag --logging-format is accepted but not implemented by kubelet-rs; ignored",
                 "flag --network-plugin was removed upstream in Kubernetes 1.24 and has no effect",
             ]
         );
         // kubelet-cm acts on both values of --cgroups-per-qos.
         let f = flags(&["--cgroups-per-qos=false", "--cloud-provider=external"]);
         assert!(flag_warnings(&f).is_empty());
+        // kubelet-config `logs` writes JSON lines for it.
+        assert!(flag_warnings(&flags(&["--logging-format=json"])).is_empty());
         // A flag honoured for one value only warns for the others.
         let w = flag_warnings(&flags(&["--fail-swap-on=true"]));
         assert_eq!(w.len(), 1);
