@@ -21,8 +21,10 @@
 //! kubelet's first create fails with `failed to reserve container name`,
 //! and its next sync starts attempt 1 beside the never-started attempt 0,
 //! which is that kept dead instance: upstream does the same).
-//! Events are not checked: in standalone mode (static pods) there is no
-//! apiserver to see duplicates.
+//! Events are not checked here: in standalone mode (static pods) there is
+//! no apiserver to see them. `fault_kill_burst_events.rs` runs the same
+//! burst and kill with the node registered to the apiserver double and
+//! checks the events against what the runtime held.
 
 use std::collections::BTreeMap;
 use std::fs::File;
