@@ -74,6 +74,41 @@ fn urls_match() {
 }
 
 #[test]
+fn label_globs_match_as_go_s_filepath_match() {
+    let long = "a".repeat(60);
+    let cases = [
+        ("a*b*c", "aXXbYYc", Some(true)),
+        ("a*b*c", "aXXbYYcZ", Some(false)),
+        // The last chunk must end the name, wherever it first matched.
+        ("*c", "abcbc", Some(true)),
+        ("a*", "abc", Some(true)),
+        ("**", "", Some(true)),
+        ("*x", "", Some(false)),
+        ("a?c", "abc", Some(true)),
+        ("a\\*c", "a*c", Some(true)),
+        ("a\\*c", "abc", Some(false)),
+        ("[a-c]*x", "bzzx", Some(true)),
+        ("[^a-c]*x", "bzzx", Some(false)),
+        // Malformed after a match, and after a mismatch: Go's ErrBadPattern.
+        ("a*[", "abc", None),
+        ("x[", "abc", None),
+        // Stars backtracking would take 60^8 steps over.
+        ("a*a*a*a*a*a*a*a*b", long.as_str(), Some(false)),
+        ("a*a*a*a*a*a*a*a*a", long.as_str(), Some(true)),
+    ];
+    for (pattern, name, want) in cases {
+        assert_eq!(
+            glob_match(pattern.as_bytes(), name.as_bytes()),
+            want,
+            "{pattern} vs {name}"
+        );
+    }
+    // The fuzz finding: a registry glob of eight stars against a long host.
+    let host = format!("registry.example{}", "_".repeat(59));
+    assert!(!urls_match_str("re*.examp********e?com.demae-", &host));
+}
+
+#[test]
 fn keyring_for_glob() {
     let cases = [
         ("https://hello.kubernetes.io", "hello.kubernetes.io"),
