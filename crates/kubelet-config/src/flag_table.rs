@@ -356,7 +356,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
         "logging.options.text.splitStream",
     ),
     config("logging-format", Str, "logging.format")
-        .honours("text")
+        .acts()
         .sample("json"),
     removed("logtostderr", Bool, "1.26"),
     ignored("machine-id-file", Str),

@@ -343,9 +343,6 @@ fn honoured(f: &UpstreamFlag, value: &SettingValue) -> bool {
         .is_some_and(|h| &h == value)
 }
 
-/// Config-backed flags the [`crate::logs`] setup acts on.
-const ACTED_ON_BY_LOGS: &[&str] = &["logging-format"];
-
 /// One warning for each given flag kubelet-rs does not act on, in table
 /// order: not implemented (config-backed or command-line-only), or removed
 /// upstream. A value that asks for what kubelet-rs already does draws none.
@@ -368,8 +365,6 @@ pub fn flag_warnings(flags: &Flags) -> Vec<FlagWarning> {
                 continue;
             }
             FlagKind::Config if f.acted_on => continue,
-            // `logs` acts on it (text or JSON lines; other names are refused).
-            FlagKind::Config if ACTED_ON_BY_LOGS.contains(&f.name) => continue,
             FlagKind::Config | FlagKind::NotImplemented => WarningCategory::NotImplemented,
             FlagKind::Removed(v) => WarningCategory::Removed(v),
         };

@@ -244,8 +244,6 @@ fn every_upstream_flag_parses_with_a_sample_and_warns_by_kind() {
         let expected = match f.kind {
             FlagKind::Implemented => None,
             FlagKind::Config if f.acted_on => None,
-            // kubelet-config `logs` acts on it (settings.rs ACTED_ON_BY_LOGS).
-            FlagKind::Config if f.name == "logging-format" => None,
             FlagKind::Config | FlagKind::NotImplemented if honoured => None,
             FlagKind::Config | FlagKind::NotImplemented => Some(WarningCategory::NotImplemented),
             FlagKind::Removed(v) => Some(WarningCategory::Removed(v)),
