@@ -1,5 +1,7 @@
 //! The kubelet-rs binary as an operator (and kubeadm) runs it.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -12,10 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_kubelet-rs");
 /// The node API on a loopback port of its own and no read-only port, so
 /// that test kubelets never collide on 10250/10255.
 fn loopback_api() -> Vec<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port");
+    let port = common::free_port();
     vec![
         "--address=127.0.0.1".into(),
         format!("--port={port}"),
@@ -89,8 +88,7 @@ async fn sigterm_stops_kubelet_but_not_its_containers() {
     rt.version().await.expect(
         "containerd must be running for this test: run deploy/setup-runtime.sh (hack/test.sh does)",
     );
-    let lock = std::fs::File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
-    lock.lock().expect("lock");
+    let _lock = common::machine_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let manifests = dir.path().join("m");
     std::fs::create_dir_all(&manifests).expect("dir");

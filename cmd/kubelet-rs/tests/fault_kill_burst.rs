@@ -26,6 +26,8 @@
 //! burst and kill with the node registered to the apiserver double and
 //! checks the events against what the runtime held.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
@@ -41,20 +43,6 @@ const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 const PODS: usize = 30;
 /// Sandboxes (any state) that exist when the kubelet is killed.
 const KILL_AT_SANDBOXES: usize = 10;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-/// The machine-wide lock every kubelet test on the real runtime holds.
-fn lock() -> File {
-    let f = File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
-    f.lock().expect("lock");
-    f
-}
 
 /// What the test's pods hold in the runtime, any state.
 struct Held {
@@ -279,7 +267,9 @@ async fn wait_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_in_a_30_pod_burst_then_restart_runs_every_pod_once() {
     // The lock first: a test holding it may have stopped containerd.
-    let _lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
+    let _lock = tokio::task::spawn_blocking(common::machine_lock)
+        .await
+        .expect("lock task");
     let rt = RemoteRuntime::new(ENDPOINT, None, Duration::from_secs(10)).expect("CRI client");
     rt.version().await.expect(
         "containerd must be running for this test: run deploy/setup-runtime.sh (hack/test.sh does)",
@@ -302,7 +292,7 @@ async fn sigkill_in_a_30_pod_burst_then_restart_runs_every_pod_once() {
         format!("--hostname-override={node}"),
         "--healthz-port=0".into(),
         "--address=127.0.0.1".into(),
-        format!("--port={}", free_port()),
+        format!("--port={}", common::free_port()),
         "--read-only-port=0".into(),
         // Busy CI disks: no eviction, no image GC (as tests/harness.rs).
         "--eviction-hard=".into(),

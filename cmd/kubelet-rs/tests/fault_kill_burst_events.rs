@@ -36,6 +36,8 @@
 //! `CreateContainer` calls likewise give `Failed` (`failed to reserve
 //! container name`) and a second `Pulled` before attempt 1 is created.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::Path;
@@ -60,20 +62,6 @@ const PODS: usize = 30;
 const KILL_AT_SANDBOXES: usize = 10;
 const POD_LABEL: &str = "io.kubernetes.pod.name";
 const CONTAINER_LABEL: &str = "io.kubernetes.container.name";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-/// The machine-wide lock every kubelet test on the real runtime holds.
-fn lock() -> File {
-    let f = File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
-    f.lock().expect("lock");
-    f
-}
 
 /// Wall-clock nanoseconds, as the recorder's event names and the runtime.
 fn wall_ns() -> i128 {
@@ -410,7 +398,9 @@ async fn admin_client(api: &ApiServer, dir: &Path) -> kube::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_in_a_30_pod_burst_then_restart_posts_no_duplicate_events() {
     // The lock first: a test holding it may have stopped containerd.
-    let _lock = tokio::task::spawn_blocking(lock).await.expect("lock task");
+    let _lock = tokio::task::spawn_blocking(common::machine_lock)
+        .await
+        .expect("lock task");
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = RemoteRuntime::new(ENDPOINT, None, Duration::from_secs(10)).expect("CRI client");
     rt.version().await.expect(
@@ -436,7 +426,7 @@ async fn sigkill_in_a_30_pod_burst_then_restart_posts_no_duplicate_events() {
         format!("--hostname-override={node}"),
         "--healthz-port=0".into(),
         "--address=127.0.0.1".into(),
-        format!("--port={}", free_port()),
+        format!("--port={}", common::free_port()),
         "--read-only-port=0".into(),
         // Busy CI disks: no eviction, no image GC (as tests/harness.rs).
         "--eviction-hard=".into(),

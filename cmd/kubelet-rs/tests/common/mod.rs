@@ -22,15 +22,30 @@ pub struct Kubelet {
     pub seen: Vec<String>,
 }
 
-/// Flags that let kubelet-rs start without containerd, each instance in `dir/name`.
-/// A loopback port nothing listens on right now.
+/// A loopback port nothing listens on right now, from lane 1's range of
+/// the integration tests (`tests/lane.rs`: 20000-24999, below the kernel's
+/// ephemeral ports): the other lane's `:0` binds, running at the same time,
+/// never take it before the kubelet binds it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id();
+    (0..5_000u32)
+        .map(|i| 20_000 + (seed.wrapping_add(i) % 5_000) as u16)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free loopback port in 20000..25000")
 }
 
+/// Lane 1's machine lock, which every kubelet test on the real runtime
+/// holds (`tests/lane.rs`).
+pub fn machine_lock() -> std::fs::File {
+    let f = std::fs::File::create("/tmp/kubelet-rs-integration.lock").expect("lock file");
+    f.lock().expect("lock");
+    f
+}
+
+/// Flags that let kubelet-rs start without containerd, each instance in `dir/name`.
 pub fn standalone_args(dir: &Path, name: &str) -> Vec<String> {
     let root = dir.join(name);
     let manifests = root.join("manifests");
