@@ -183,6 +183,10 @@ fn canonical_strings_as_upstream() {
         (".000000000001Ki", "2n"),
         ("1.5", "1500m"),
         ("1.5Gi", "1536Mi"),
+        // Binary SI, no multiple of 1024: no suffix, which then reads as
+        // decimal SI (the fuzz target's "62.5Ki").
+        ("62.5Ki", "64000"),
+        ("64000", "64k"),
         ("1073741824", "1073741824"),
         ("307200Ki", "300Mi"),
         ("5000m", "5"),
