@@ -38,12 +38,19 @@ pub fn quantity(data: &[u8]) {
     let second = again.to_string();
     if second != canonical {
         assert!(
-            canonical.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()),
+            canonical
+                .trim_start_matches('-')
+                .bytes()
+                .all(|b| b.is_ascii_digit()),
             "{s:?}: canonical form {canonical:?} changes to {second:?}"
         );
         let third = Quantity::parse(&second)
             .unwrap_or_else(|e| panic!("{s:?}: {second:?} does not parse: {e}"));
-        assert_eq!(third.as_nanos(), q.as_nanos(), "{s:?} -> {second:?} changes the value");
+        assert_eq!(
+            third.as_nanos(),
+            q.as_nanos(),
+            "{s:?} -> {second:?} changes the value"
+        );
         assert_eq!(third.to_string(), second, "{s:?}: canonical form unstable");
     }
     let _ = q.saturating_add(again).saturating_sub(q);
