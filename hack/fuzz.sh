@@ -32,14 +32,21 @@ printf '%-22s %8s %14s %10s %s\n' target seconds execs exec/s findings
 for t in $targets; do
     mkdir -p "corpus-work/$t" "artifacts/$t"
     log=artifacts/$t.log
+    # Findings of this run only: artifacts of earlier runs stay in the directory.
+    marker=$(mktemp)
     nice -n 10 "$bin/$t" "$fz/corpus-work/$t" "$seeds/$t" \
         -max_total_time="$secs" -timeout=2 -rss_limit_mb=2048 -max_len=65536 \
         -artifact_prefix="$fz/artifacts/$t/" -print_final_stats=1 >"$log" 2>&1 || true
     execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
     rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
-    n=$(find "artifacts/$t" -type f | wc -l)
+    new=$(find "artifacts/$t" -type f -newer "$marker" -printf '%f ')
+    rm -f "$marker"
+    n=$(wc -w <<<"$new")
     found=$((found + n))
-    printf '%-22s %8s %14s %10s %s\n' "$t" "$secs" "${execs:-?}" "${rate:-?}" \
-        "$n$( ((n > 0)) && printf ' (%s)' "$(ls "artifacts/$t" | tr '\n' ' ')")"
+    # A finding stops libFuzzer early: the seconds it really ran.
+    ran=$(awk '/^Done [0-9]+ runs in/ {print $5}' "$log" | tail -1)
+    if [[ -z $ran && ${rate:-0} -gt 0 ]]; then ran="~$((execs / rate))"; fi
+    printf '%-22s %8s %14s %10s %s\n' "$t" "${ran:-?}" "${execs:-?}" "${rate:-?}" \
+        "$n$( ((n > 0)) && printf ' (%s)' "$new")"
 done
 exit $((found > 0))
