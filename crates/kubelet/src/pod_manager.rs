@@ -57,6 +57,8 @@ impl kubelet_podconfig::MirrorPodSink for PodManager {
 #[derive(Default)]
 struct Inner {
     pods: HashMap<String, Arc<Pod>>,
+    /// Desired pods removed since the start.
+    removed: u64,
     mirror_pods: HashMap<String, Pod>,
 }
 
@@ -95,7 +97,15 @@ impl PodManager {
 
     /// Forgets a desired pod (upstream `RemovePod`).
     pub fn remove_pod(&self, uid: &str) {
-        self.inner.write().pods.remove(uid);
+        let mut inner = self.inner.write();
+        if inner.pods.remove(uid).is_some() {
+            inner.removed += 1;
+        }
+    }
+
+    /// How many desired pods were removed since the start.
+    pub fn removed_total(&self) -> u64 {
+        self.inner.read().removed
     }
 
     /// Forgets every desired pod.

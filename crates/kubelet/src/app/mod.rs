@@ -5,6 +5,7 @@
 //! containers keep running and are adopted by the next start.
 
 mod admission;
+mod allocator;
 mod cluster;
 mod cm;
 mod container_gc;
@@ -334,6 +335,16 @@ impl App {
             recorder,
             &tasks,
             &stop,
+        );
+
+        spawn_in(
+            &tasks,
+            info_span!("allocator"),
+            allocator::trim_after_pods_leave(
+                running.pods.clone(),
+                allocator::malloc_trim,
+                stop.child_token(),
+            ),
         );
 
         let runtime = Arc::new(self.remote.clone());
