@@ -26,7 +26,8 @@
 //! nothing; descriptors, threads and RSS at the end against after wave 1),
 //! and exits non-zero if anything leaked.
 //!
-//! Env: `CHURN_PAUSE` seconds between waves (default 0); `CHURN_ENDPOINT`
+//! Env: `CHURN_PAUSE` seconds between waves (default 0; with a pause, a
+//! `rest` line after it, and the summary compares RSS at rest); `CHURN_ENDPOINT`
 //! the CRI endpoint to count in (default: the kubelet's
 //! `--container-runtime-endpoint` flag if given, else lane 1's socket).
 
@@ -356,8 +357,16 @@ async fn churn(
         if w == 1 {
             first = m;
         }
-        if w < waves && pause > 0 {
+        if pause > 0 {
+            // At rest: what the kubelet holds once it has had time to give
+            // freed heap back (its allocator task trims 30-60 s after the
+            // last pod left).
             tokio::time::sleep(Duration::from_secs(pause)).await;
+            let r = measure(c, rt, places, &uids).await?;
+            println!("rest wave={w} {}", r.kv());
+            if w == 1 {
+                first = r;
+            }
         }
     }
     // Dead sandboxes and containers go with the runtime's garbage
@@ -371,6 +380,15 @@ async fn churn(
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     println!("end settle_ms={} {}", start.elapsed().as_millis(), end.kv());
+    // With pauses, the RSS compared is at rest after the last wave too.
+    let end = if pause > 0 {
+        tokio::time::sleep(Duration::from_secs(pause)).await;
+        let r = measure(c, rt, places, &uids).await?;
+        println!("rest end {}", r.kv());
+        r
+    } else {
+        end
+    };
     let rss_delta = end.rss_kib as i64 - first.rss_kib as i64;
     let rss_pct = if first.rss_kib > 0 {
         rss_delta as f64 * 100.0 / first.rss_kib as f64
@@ -378,7 +396,7 @@ async fn churn(
         0.0
     };
     println!(
-        "summary waves={waves} pods={n} leaked: sandboxes={} containers={} mounts={} pod_dirs={} pod_cgroups={} log_dirs={}; fds {} (after wave 1: {}); threads {} (after wave 1: {}); rss {} KiB (after wave 1: {} KiB, {rss_delta:+} KiB, {rss_pct:+.1}%); {}",
+        "summary waves={waves} pods={n} leaked: sandboxes={} containers={} mounts={} pod_dirs={} pod_cgroups={} log_dirs={}; fds {} (after wave 1: {}); threads {} (after wave 1: {}); rss {} KiB (after wave 1{}: {} KiB, {rss_delta:+} KiB, {rss_pct:+.1}%); {}",
         end.sandboxes,
         end.containers,
         end.mounts,
@@ -390,6 +408,7 @@ async fn churn(
         end.threads,
         first.threads,
         end.rss_kib,
+        if pause > 0 { ", at rest" } else { "" },
         first.rss_kib,
         if end.leftovers() == 0 { "OK" } else { "LEAKED" }
     );
