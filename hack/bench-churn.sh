@@ -25,7 +25,7 @@ LANE=${LANE:-1}
 WAVES=${WAVES:-20}
 PODS=${PODS:-50}
 PAUSE=${PAUSE:-130}
-OUT=/tmp/bench-churn.out
+OUT=/tmp/bench-churn-lane$LANE.out
 [ "$(id -u)" -eq 0 ] || { echo "hack/bench-churn.sh: run as root" >&2; exit 1; }
 deploy/setup-runtime.sh
 cargo build --release --locked --bin kubelet-rs -p kubelet-rs
@@ -41,18 +41,23 @@ case "$LANE" in
 1)
   ENDPOINT=unix:///run/containerd/containerd.sock
   LOCK=/tmp/kubelet-rs-integration.lock
+  # The node API on a port of the lane's own range (tests/lane.rs), so
+  # that benches in both lanes run at once.
+  FLAGS+=(--port=24250)
   ;;
 2)
   deploy/setup-runtime.sh --lane2
   ENDPOINT=unix:///run/containerd-lane2/containerd.sock
   LOCK=/tmp/kubelet-rs-integration-lane2.lock
+  FLAGS+=(--port=29250)
   CGROUP_ROOT=kubelet-rs-lane2
   # The lane's cgroup root in every v1 hierarchy (as tests/lane.rs does;
   # a new v1 cpuset takes its parent's CPUs and memory nodes), or in v2.
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
     mkdir -p "/sys/fs/cgroup/$CGROUP_ROOT"
-    sed 's/\([^ ]\+\)/+\1/g' "/sys/fs/cgroup/$CGROUP_ROOT/cgroup.controllers" \
-      >"/sys/fs/cgroup/$CGROUP_ROOT/cgroup.subtree_control" 2>/dev/null || true
+    for c in $(cat "/sys/fs/cgroup/$CGROUP_ROOT/cgroup.controllers"); do
+      echo "+$c" >"/sys/fs/cgroup/$CGROUP_ROOT/cgroup.subtree_control"
+    done
   else
     for c in /sys/fs/cgroup/*/; do
       [ -f "$c/cgroup.procs" ] || continue

@@ -88,7 +88,9 @@ async fn sigterm_stops_kubelet_but_not_its_containers() {
     rt.version().await.expect(
         "containerd must be running for this test: run deploy/setup-runtime.sh (hack/test.sh does)",
     );
-    let _lock = common::machine_lock();
+    let _lock = tokio::task::spawn_blocking(common::machine_lock)
+        .await
+        .expect("lock task");
     let dir = tempfile::tempdir().expect("tempdir");
     let manifests = dir.path().join("m");
     std::fs::create_dir_all(&manifests).expect("dir");

@@ -511,19 +511,27 @@ async fn sigkill_in_a_30_pod_burst_then_restart_posts_no_duplicate_events() {
         "all {PODS} pods Running and Ready {:?} after the restart",
         restart.elapsed()
     );
-    // The event queue drains (and the runtime is watched) for 5 s more.
+    // The event queue drains (and the runtime is watched) for 5 s more,
+    // then until the checks hold (the second kubelet's events may lag on a
+    // loaded machine), 60 s at most.
     let settle = Instant::now();
-    while settle.elapsed() < Duration::from_secs(5) {
+    let (events, bad, account) = loop {
         seen.poll(&rt, &node).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let events: Vec<Ev> = api
-        .list("events")
-        .iter()
-        .filter_map(|e| Ev::read(e, &uids, killed, restarted))
-        .collect();
-    let second_log = std::fs::read_to_string(&log2).unwrap_or_default();
-    let (bad, account) = check(&names, &events, &seen, &second_log);
+        if settle.elapsed() < Duration::from_secs(5) {
+            continue;
+        }
+        let events: Vec<Ev> = api
+            .list("events")
+            .iter()
+            .filter_map(|e| Ev::read(e, &uids, killed, restarted))
+            .collect();
+        let second_log = std::fs::read_to_string(&log2).unwrap_or_default();
+        let (bad, account) = check(&names, &events, &seen, &second_log);
+        if bad.is_empty() || settle.elapsed() > Duration::from_secs(60) {
+            break (events, bad, account);
+        }
+    };
     let unknown = events.iter().filter(|e| e.process == 0).count();
     let mut reasons: BTreeMap<(u8, &str), i64> = BTreeMap::new();
     for e in &events {
