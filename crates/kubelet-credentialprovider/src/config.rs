@@ -181,13 +181,26 @@ pub async fn read_credential_provider_config(
     Ok(merged)
 }
 
+/// YAML as upstream's decoder reads it: aliases may replay 10,000 events (a
+/// config written with anchors needs a handful), where the parser's default
+/// (a million) let a 222-byte alias bomb take 0.1-0.4 s of CPU (found by the
+/// `credential_provider` fuzz target; the manifest decoder has the same
+/// bound). Upstream refuses such documents ("excessive aliasing").
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 10_000,
+        },
+    }
+}
+
 /// Decodes one document, YAML or JSON (upstream `decode`).
 pub fn decode(data: &[u8]) -> Result<CredentialProviderConfig, String> {
     let text = std::str::from_utf8(data).map_err(|e| e.to_string())?;
     let doc: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| e.to_string())?
     } else {
-        serde_saphyr::from_str(text).map_err(|e| e.to_string())?
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| e.to_string())?
     };
     let field = |name: &str| {
         doc.get(name)

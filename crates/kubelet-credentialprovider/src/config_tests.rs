@@ -254,3 +254,31 @@ async fn a_directory_of_configs_merges_in_name_order() {
         .expect_err("missing");
     assert!(e.to_string().starts_with("unable to access path"), "{e}");
 }
+
+#[test]
+fn an_alias_bomb_is_refused_and_anchors_are_not() {
+    // Five levels of ten aliases in a provider's args: 100,000 replayed
+    // events, which the parser's default limit lets through (to a type
+    // error); refused here before they are replayed.
+    let mut levels = String::from("    x0: &a [x,x,x,x,x,x,x,x,x,x]\n");
+    for (i, (prev, next)) in ["a", "b", "c", "d"]
+        .iter()
+        .zip(["b", "c", "d", "e"])
+        .enumerate()
+    {
+        let refs = vec![format!("*{prev}"); 10].join(",");
+        levels.push_str(&format!("    x{}: &{next} [{refs}]\n", i + 1));
+    }
+    let bomb = format!(
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: t\n    matchImages: [a.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    env:\n{}\n    args: *e\n",
+        levels
+            .replace("    x", "      - {name: x")
+            .replace(": &", ", value: &")
+            .replace("]\n", "]}\n")
+    );
+    let e = decode_str(&bomb).expect_err("100,000 replayed events");
+    assert!(e.to_lowercase().contains("alias"), "{e}");
+    let anchored = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: a\n    matchImages: &m [a.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n  - name: b\n    matchImages: *m\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
+    let c = decode_str(anchored).expect("a few aliases are fine");
+    assert_eq!(c.providers.len(), 2);
+}
