@@ -1,5 +1,6 @@
 //! kubelet-rs entry point: parse flags, resolve configuration, take the
-//! `--lock-file`, start the kubelet, stop it on SIGTERM/SIGINT or, with
+//! `--lock-file`, start the kubelet (or, as `kubelet-rs check`, run the
+//! preflight instead), stop it on SIGTERM/SIGINT or, with
 //! `--exit-on-lock-contention`, when another kubelet opens the lock file
 //! (containers keep running, as upstream).
 
@@ -92,8 +93,34 @@ async fn run(cfg: KubeletConfig) -> ExitCode {
     code
 }
 
+/// `kubelet-rs check [-o text|json] [kubelet flags…]`: the preflight, which
+/// starts nothing (see `kubelet_preflight`).
+fn check(args: &[std::ffi::OsString]) -> ExitCode {
+    let (format, flags) = match kubelet_preflight::split_args(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("kubelet-rs check: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    match kubelet_preflight::check(&flags) {
+        Ok(report) => {
+            print!("{}", report.render(format));
+            ExitCode::from(report.exit_code())
+        }
+        Err(e) => {
+            eprintln!("kubelet-rs check: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let flags = Flags::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "check") {
+        return check(&args[2..]);
+    }
+    let flags = Flags::parse_args(args).unwrap_or_else(|e| e.exit());
     if flags.version {
         // kubeadm matches `^Kubernetes v<semver>([-0-9a-zA-Z_.+]*)?$`: our own version rides as build metadata.
         println!(
