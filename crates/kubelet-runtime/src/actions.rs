@@ -1,13 +1,16 @@
 //! Deciding what to do for a pod (upstream `kuberuntime_manager.go`
 //! `computePodActions`, `findNextInitContainerToRun`, and
 //! `container/helpers.go` `ShouldContainerBeRestarted`). Pure: the same
-//! desired pod and observed status always give the same actions.
+//! desired pod and observed status always give the same actions (a restart
+//! of a container another kubelet started is logged and counted once, see
+//! [`crate::foreign_restarts`]).
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::hash::{self, HashCheck};
 use kubelet_types::pod::{self, RestartPolicy, is_restartable_init_container as is_sidecar};
 use tracing::debug;
 
+use crate::foreign_restarts;
 use crate::pod_status::{ContainerState, ContainerStatus, PodStatus};
 use crate::prober_results::{ProbeResult, ProbeResults};
 
@@ -174,6 +177,7 @@ fn running_sidecar(
 /// Sidecar changes that do not hold back the next init container: a changed
 /// spec or a failed liveness probe restarts it.
 fn sidecar_restarts(
+    p: &Pod,
     c: &Container,
     s: &ContainerStatus,
     i: usize,
@@ -181,6 +185,7 @@ fn sidecar_restarts(
     a: &mut PodActions,
 ) {
     if hash::check(c, &s.hash, s.hash_version.as_deref()) == HashCheck::Changed {
+        foreign_restarts::note_hash_restart(p, s);
         let m = format!("Init container {} definition changed", c.name);
         a.containers_to_kill.push(kill(s, m, KillReason::Unknown));
         a.init_containers_to_start.push(i);
@@ -238,7 +243,7 @@ fn init_container_actions(
                     } else if !previously {
                         a.init_containers_to_start.push(i + 1);
                     }
-                    sidecar_restarts(c, s, i, probes, a);
+                    sidecar_restarts(p, c, s, i, probes, a);
                 }
             }
             ContainerState::Running => {}
@@ -294,6 +299,7 @@ pub fn compute_pod_actions_with(
     status: &PodStatus,
     probes: &dyn ProbeLookup,
 ) -> PodActions {
+    foreign_restarts::start();
     let (create, attempt, sandbox_id) = sandbox_changed(status);
     let mut a = PodActions {
         kill_pod: create,
@@ -374,6 +380,7 @@ pub fn compute_pod_actions_with(
         let (message, reason) = if check == HashCheck::Changed {
             // A changed spec restarts whatever the restart policy.
             restart = true;
+            foreign_restarts::note_hash_restart(p, s);
             (
                 format!("Container {} definition changed", c.name),
                 KillReason::Unknown,
@@ -407,4 +414,73 @@ pub fn compute_pod_actions_with(
         a.ephemeral_containers_to_start.clear();
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::foreign_restarts;
+    use std::time::UNIX_EPOCH;
+
+    fn pod_with(container: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "swap", "namespace": "default", "uid": "u-swap"},
+            "spec": {"containers": [{"name": container, "image": "busybox:1"}]}
+        }))
+        .expect("pod")
+    }
+
+    fn running(id: &str, name: &str, hash: &str, version: Option<&str>) -> PodStatus {
+        let sandbox = cri::pb::PodSandboxStatus {
+            id: "sb".into(),
+            state: cri::pb::PodSandboxState::SandboxReady as i32,
+            ..Default::default()
+        };
+        PodStatus {
+            uid: "u-swap".into(),
+            sandboxes: vec![sandbox],
+            containers: vec![ContainerStatus {
+                id: id.into(),
+                sandbox_id: "sb".into(),
+                name: name.into(),
+                state: ContainerState::Running,
+                created_at: UNIX_EPOCH,
+                hash: hash.into(),
+                hash_version: version.map(Into::into),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// A container an upstream kubelet before 1.31 started (whole-container
+    /// hash, no kubelet-rs version) is restarted with upstream's message and
+    /// counted; one with the 1.31+ hash is kept and not counted.
+    #[test]
+    fn foreign_container_with_another_hash_is_restarted_and_counted() {
+        let p = pod_with("app");
+        let c = &pod::containers(&p)[0];
+
+        let adopted = running("id-swap-adopted", "app", &hash::container_hash(c), None);
+        let a = compute_pod_actions(&p, &adopted);
+        assert!(a.containers_to_kill.is_empty() && a.containers_to_start.is_empty());
+        assert!(!foreign_restarts::counted("id-swap-adopted"));
+
+        let old = running("id-swap-pre131", "app", "3c42280f", None);
+        let before = foreign_restarts::restarted_so_far();
+        let a = compute_pod_actions(&p, &old);
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert_eq!(
+            a.containers_to_kill[0].message,
+            "Container app definition changed, will be restarted"
+        );
+        assert!(foreign_restarts::counted("id-swap-pre131"));
+        assert!(foreign_restarts::restarted_so_far() > before);
+
+        // kubelet-rs' own container with a changed spec: restarted, not counted.
+        let own = running("id-swap-own", "app", "3c42280f", Some(hash::HASH_VERSION));
+        let a = compute_pod_actions(&p, &own);
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert!(!foreign_restarts::counted("id-swap-own"));
+    }
 }

@@ -15,6 +15,7 @@ pub mod credentialprovider;
 pub mod ephemeral;
 mod error;
 pub mod expansion;
+pub mod foreign_restarts;
 pub mod images;
 pub mod instrumented;
 pub mod labels;
