@@ -1,8 +1,32 @@
-//! The host: swap against `failSwapOn`, and the ports the kubelet listens on.
+//! The host: swap against `failSwapOn` ([`swap`], upstream
+//! `validateSwapConfiguration` in `pkg/kubelet/cm/container_manager_linux.go`,
+//! kubeadm's `SwapCheck`) and the ports and sockets the kubelet listens on
+//! ([`ports`], kubeadm's `PortOpenCheck`).
 
-use kubelet_config::KubeletConfig;
+mod ports;
+mod swap;
+
+use std::path::Path;
+
+use kubelet_config::{KubeletConfig, SettingValue};
 
 use crate::report::Report;
 
+/// Where the kernel lists active swap areas.
+const PROC_SWAPS: &str = "/proc/swaps";
+
 /// Reports swap and taken ports.
-pub(crate) fn check(_cfg: &KubeletConfig, _report: &mut Report) {}
+pub(crate) fn check(cfg: &KubeletConfig, report: &mut Report) {
+    let policy = swap::Policy {
+        fail_swap_on: match cfg.settings.get("failSwapOn") {
+            Some(SettingValue::Bool(b)) => *b,
+            _ => true,
+        },
+        swap_behavior: match cfg.settings.get("memorySwap.swapBehavior") {
+            Some(SettingValue::String(s)) if !s.is_empty() => Some(s.clone()),
+            _ => None,
+        },
+    };
+    swap::check(Path::new(PROC_SWAPS), &policy, report);
+    ports::check(cfg, report);
+}
