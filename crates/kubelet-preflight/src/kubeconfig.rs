@@ -130,7 +130,10 @@ fn check_file(path: &Path, flag: &str, ctx: &Ctx<'_>, report: &mut Report) -> bo
     let kc = match Kubeconfig::read_from(path) {
         Ok(kc) => kc,
         Err(e) => {
-            let message = format!("unable to load kubeconfig: {e}");
+            // The YAML parser's message goes on with a source snippet: keep its first line.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default().trim_end();
+            let message = format!("unable to load kubeconfig: {first}");
             let line = error_line(&message);
             report.push(err(message).at_line(line).field(flag));
             return false;

@@ -80,6 +80,15 @@ fn finding(s: &Subject<'_>, severity: Severity, message: String) -> Finding {
     }
 }
 
+/// `less than a day`, `1 day`, `12 days`.
+fn days(n: i64) -> String {
+    match n {
+        0 => "less than a day".into(),
+        1 => "1 day".into(),
+        n => format!("{n} days"),
+    }
+}
+
 fn time(seconds: i64) -> String {
     Timestamp::from_second(seconds).map_or_else(|_| seconds.to_string(), |t| t.to_string())
 }
@@ -166,9 +175,9 @@ pub(crate) fn check_pem(
                 s,
                 Severity::Warning,
                 format!(
-                    "{} {name:?} expires in {} days, on {} (within {SOON_DAYS} days): {}",
+                    "{} {name:?} expires in {}, on {} (within {SOON_DAYS} days): {}",
                     s.what,
-                    (na - now_s) / 86400,
+                    days((na - now_s) / 86400),
                     time(na),
                     s.renewal.note()
                 ),
@@ -335,6 +344,10 @@ pub(crate) mod tests {
             r.findings[0].message.contains("rotateCertificates is on"),
             "{}",
             r.findings[0].message
+        );
+        assert_eq!(
+            [days(0), days(1), days(12)],
+            ["less than a day", "1 day", "12 days"]
         );
         let (pem, _) = pair("far", -10, 365);
         let (_, r) = run(&pem);
