@@ -192,6 +192,25 @@ fn a_socket_nobody_serves_is_an_error_within_the_deadline() {
     );
     // No runtime, no driver to compare.
     assert!(kind(&doc, "cgroup-driver").is_empty(), "{doc:#}");
+
+    // A separate image service nobody serves, next to the real runtime.
+    let mut args = base(dir.path());
+    args.push(format!("--image-service-endpoint={endpoint}"));
+    let (code, doc) = check_json(&args);
+    assert_eq!(code, 1);
+    let errors: Vec<_> = kind(&doc, "runtime")
+        .into_iter()
+        .filter(|f| f["severity"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{doc:#}");
+    assert_eq!(errors[0]["field"], "--image-service-endpoint");
+    assert!(
+        msg(errors[0]).starts_with(&format!(
+            "container runtime is not running: validate CRI v1 image API for endpoint {endpoint:?}"
+        )),
+        "{}",
+        msg(errors[0])
+    );
 }
 
 #[test]
