@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use kubelet_config::KubeletConfig;
@@ -113,8 +112,7 @@ pub(crate) fn check_socket(socket: &Path, report: &mut Report) {
     if !socket.exists() {
         return;
     }
-    // A local connect to a listening unix socket completes at once.
-    if UnixStream::connect(socket).is_ok() {
+    if is_served(socket) {
         report.push(
             Finding::error(
                 Kind::Port,
@@ -126,6 +124,26 @@ pub(crate) fn check_socket(socket: &Path, report: &mut Report) {
             .in_file(socket),
         );
     }
+}
+
+/// Whether someone accepts on `socket`: a non-blocking connect, so a
+/// server with a full backlog (`EAGAIN`) cannot hang the check.
+fn is_served(socket: &Path) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket as open};
+    use std::os::fd::AsRawFd;
+    let Ok(fd) = open(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    ) else {
+        return false;
+    };
+    let Ok(addr) = UnixAddr::new(socket) else {
+        return false;
+    };
+    matches!(connect(fd.as_raw_fd(), &addr), Ok(()) | Err(Errno::EAGAIN))
 }
 
 #[cfg(test)]
