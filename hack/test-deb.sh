@@ -58,8 +58,9 @@ for p in kubelet kubeadm kubelet-rs; do
     fail "package $p is on this machine ($(maintainer "$p")): not touching a real node's kubelet"
   fi
 done
-[ ! -e /usr/bin/kubelet ] && [ ! -L /usr/bin/kubelet ] ||
-  fail "/usr/bin/kubelet exists: not touching a real node's kubelet"
+absent() { [ ! -e "$1" ] && [ ! -L "$1" ]; }
+absent /usr/bin/kubelet || fail "/usr/bin/kubelet exists: not touching a real node's kubelet"
+absent /etc/default/kubelet || fail "/etc/default/kubelet exists: not touching a real node's kubelet settings"
 ! dpkg-divert --list | grep -q kubelet || fail "kubelet diversions exist: $(dpkg-divert --list | grep kubelet)"
 
 # Paths the package creates; those absent now are removed again at the end.
@@ -78,6 +79,7 @@ cleanup() {
   [ $rc -eq 0 ] || echo "hack/test-deb.sh: failed; the packages it installed are purged" >&2
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # --- build
 step "build the package"
@@ -245,18 +247,28 @@ grep -q 'stand-in' "$UNIT.upstream" || fail "upstream's unit is not diverted to 
 dpkg-query -S /etc/default/kubelet | grep -q '^kubelet:' || fail "/etc/default/kubelet is not upstream's conffile"
 update-alternatives --set kubelet /usr/bin/kubelet-rs >/dev/null
 version_of_kubelet | grep -q '+kubelet-rs\.' || fail "update-alternatives --set did not select kubelet-rs"
+# The operator's choice holds through an upgrade (a reinstall) of either package.
+pkg -i "$deb"
+pkg -i "$fake_kubelet"
+[ "$(alt_value)" = /usr/bin/kubelet-rs ] || fail "an upgrade undid update-alternatives --set kubelet-rs"
+[ "$(diversions)" = 4 ] || fail "want 4 diversions by kubelet-rs after the upgrades"
+same "$UNIT" deploy/systemd/kubelet.service "ours after upstream's upgrade"
+grep -q 'stand-in' "$UNIT.upstream" || fail "upstream's upgraded unit is not diverted"
 update-alternatives --auto kubelet >/dev/null
 expect_alternative /usr/bin/kubelet.upstream "/usr/bin/kubelet-rs /usr/bin/kubelet.upstream"
 
 # --- 4. removing kubelet-rs gives upstream its files back
 step "4. remove kubelet-rs: upstream's files return"
 pkg -r kubelet-rs
-[ -f /usr/bin/kubelet ] && [ ! -L /usr/bin/kubelet ] || fail "/usr/bin/kubelet is not upstream's file again"
+if [ -L /usr/bin/kubelet ] || [ ! -f /usr/bin/kubelet ]; then
+  fail "/usr/bin/kubelet is not upstream's file again"
+fi
 [ "$(version_of_kubelet)" = "Kubernetes v1.31.0" ] || fail "/usr/bin/kubelet is not upstream's"
 grep -q 'stand-in' "$UNIT" || fail "$UNIT is not upstream's again"
 grep -q 'stand-in' "$DROPIN" || fail "$DROPIN is not kubeadm's again"
-[ ! -e "$UNIT.upstream" ] && [ ! -e "$DROPIN.upstream" ] && [ ! -e /usr/bin/kubelet.upstream ] ||
-  fail "diverted copies left behind"
+for path in "$UNIT.upstream" "$DROPIN.upstream" /usr/bin/kubelet.upstream; do
+  absent "$path" || fail "diverted copy $path left behind"
+done
 [ "$(diversions)" = 0 ] || fail "diversions left: $(dpkg-divert --list | grep kubelet)"
 [ -z "$(alt_list)" ] || fail "kubelet alternatives left: $(alt_list)"
 [ -f /etc/default/kubelet ] || fail "upstream's /etc/default/kubelet is gone"
@@ -304,7 +316,7 @@ for path in /usr/bin/kubelet /usr/bin/kubelet-rs /usr/bin/kubelet.upstream "$UNI
   "$DROPIN" "$DROPIN.upstream" /etc/default/kubelet /etc/alternatives/kubelet \
   /etc/systemd/system/multi-user.target.wants/kubelet.service \
   /var/lib/systemd/deb-systemd-helper-enabled/kubelet.service.dsh-also; do
-  [ ! -e "$path" ] && [ ! -L "$path" ] || fail "$path left after purge"
+  absent "$path" || fail "$path left after purge"
 done
 [ "$(diversions)" = 0 ] || fail "diversions left: $(dpkg-divert --list | grep kubelet)"
 for path in "${created[@]}"; do
