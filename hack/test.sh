@@ -43,6 +43,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # run on both).
 echo "== build every test"
 cargo test --workspace --locked --no-run
+echo "== Debian package: build, dpkg -i, verify the units, kubelet --version and check, co-installation, purge"
+cargo build --locked -p kubelet-rs
+hack/test-deb.sh
 deploy/setup-runtime.sh --lane2
 
 one_profile="fault_hung_pod fault_containerd_restart fault_disk_full churn"
