@@ -40,6 +40,40 @@ fn is_manifest(p: &Path) -> bool {
         )
 }
 
+/// Why the static pod path yields no files.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestPathError {
+    /// The path does not exist (upstream logs it and keeps watching).
+    #[error("Static pod path does not exist")]
+    Missing,
+    /// The path cannot be examined.
+    #[error("cannot read static pod path: {0}")]
+    Stat(#[source] std::io::Error),
+    /// The directory cannot be listed.
+    #[error("cannot list static pod directory: {0}")]
+    List(#[source] std::io::Error),
+}
+
+/// The manifest files the source reads from `path`, sorted: the file
+/// itself, or a directory's `*.yaml`, `*.yml` and `*.json` regular files
+/// that are not dotfiles.
+pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestPathError> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ManifestPathError::Missing),
+        Err(e) => Err(ManifestPathError::Stat(e)),
+        Ok(m) if m.is_dir() => {
+            let rd = std::fs::read_dir(path).map_err(ManifestPathError::List)?;
+            let mut v: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| is_manifest(p) && p.is_file())
+                .collect();
+            v.sort();
+            Ok(v)
+        }
+        Ok(_) => Ok(vec![path.to_path_buf()]),
+    }
+}
+
 impl FileSource {
     /// A source reading `path` for node `node_name`, re-read every `period`.
     pub fn new(path: PathBuf, node_name: String, period: Duration) -> Self {
@@ -60,36 +94,16 @@ impl FileSource {
     pub fn read_pods(&self) -> Vec<Pod> {
         let mut errors = BTreeMap::new();
         let mut pods = Vec::new();
-        let files: Vec<PathBuf> = match std::fs::metadata(&self.path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                debug!(path = %self.path.display(), "Static pod path does not exist");
+        let files = match manifest_files(&self.path) {
+            Ok(files) => files,
+            Err(e @ ManifestPathError::Missing) => {
+                debug!(path = %self.path.display(), "{e}");
                 vec![]
             }
             Err(e) => {
-                errors.insert(
-                    self.path.clone(),
-                    format!("cannot read static pod path: {e}"),
-                );
+                errors.insert(self.path.clone(), e.to_string());
                 vec![]
             }
-            Ok(m) if m.is_dir() => match std::fs::read_dir(&self.path) {
-                Ok(rd) => {
-                    let mut v: Vec<PathBuf> = rd
-                        .filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|p| is_manifest(p) && p.is_file())
-                        .collect();
-                    v.sort();
-                    v
-                }
-                Err(e) => {
-                    errors.insert(
-                        self.path.clone(),
-                        format!("cannot list static pod directory: {e}"),
-                    );
-                    vec![]
-                }
-            },
-            Ok(_) => vec![self.path.clone()],
         };
         for f in files {
             let origin = f.display().to_string();

@@ -13,6 +13,7 @@ pub mod file;
 pub mod http;
 mod manifest;
 mod storage;
+pub mod validation;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use tracing::Instrument;
 use tracing::debug;
 
 pub use api::MirrorPodSink;
-pub use manifest::{ManifestError, parse_pod_document, parse_pods_document};
+pub use manifest::{ManifestError, check_pod_document, parse_pod_document, parse_pods_document};
 pub use storage::PodStorage;
 
 /// Why a pod source cannot be set up.

@@ -5,6 +5,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::Source;
 use kubelet_types::defaults::apply_static_defaults;
 
+use crate::validation::{ErrorList, validate_static_pod};
+
 /// Why a manifest was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -61,6 +63,21 @@ pub fn parse_pod_document(
         Some(other) => Err(ManifestError(format!("kind {other:?} is not \"Pod\""))),
         None => Err(ManifestError("Object 'Kind' is missing".into())),
     }
+}
+
+/// One manifest file checked as the file source reads it, for
+/// `kubelet-rs check`: `Err` when it cannot be decoded into a pod at all,
+/// otherwise every validation error (none for a pod the source accepts).
+pub fn check_pod_document(text: &str, node: &str) -> Result<ErrorList, ManifestError> {
+    let v = decode(text)?;
+    match v.get("kind").and_then(|k| k.as_str()) {
+        Some("Pod") => {}
+        Some(other) => return Err(ManifestError(format!("kind {other:?} is not \"Pod\""))),
+        None => return Err(ManifestError("Object 'Kind' is missing".into())),
+    }
+    let pod: Pod =
+        serde_json::from_value(v).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+    Ok(validate_static_pod(&pod, node))
 }
 
 /// A single Pod or a PodList (HTTP source). Any invalid pod refuses the whole document.
@@ -155,5 +172,14 @@ mod tests {
         )
         .expect_err("wrong type");
         assert!(e.0.contains("invalid pod"), "{e}");
+    }
+
+    #[test]
+    fn check_pod_document_reports_every_field_error() {
+        let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec:\n  containers: [{name: c, image: i, ports: [{containerPort: 0}]}]\n";
+        let errs = check_pod_document(bad, "n").expect("decodes");
+        assert_eq!(errs.len(), 2);
+        assert!(check_pod_document(POD, "n").expect("decodes").is_empty());
+        assert!(check_pod_document("kind: Service\n", "n").is_err());
     }
 }
