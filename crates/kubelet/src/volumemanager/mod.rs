@@ -178,6 +178,9 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     /// Wakes the reconciler.
     pub wake: Notify,
+    /// Reconciler passes so far (how often it looked, for tests and
+    /// profiling).
+    pub passes: std::sync::atomic::AtomicU64,
     /// Wakes waiters when an operation ends.
     pub changed: Notify,
     pub recorder: Arc<dyn Recorder>,
@@ -216,6 +219,7 @@ impl VolumeManager {
                 pods_dir: root_dir.join("pods"),
                 state: Mutex::new(State::default()),
                 wake: Notify::new(),
+                passes: std::sync::atomic::AtomicU64::new(0),
                 changed: Notify::new(),
                 recorder,
                 tracker,

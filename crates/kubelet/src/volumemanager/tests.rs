@@ -539,4 +539,5 @@ async fn a_volume_whose_subpaths_cannot_be_cleaned_stays_set_up_and_is_retried()
 #[cfg(test)]
 mod csi;
 mod csi_volumes;
+mod quiet;
 mod restart;
