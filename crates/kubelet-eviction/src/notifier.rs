@@ -136,9 +136,41 @@ pub fn usage_threshold(t: &Threshold, m: &RootMemory) -> u64 {
     m.capacity.saturating_sub(q).saturating_add(m.inactive_file)
 }
 
-/// How long one blocking wait lasts before the stop flag is checked.
+/// How long one blocking wait lasts before the stop flag is checked, when
+/// no stop eventfd could be made (the common case sleeps until an event,
+/// the deadline or the stop, with no periodic wake-up).
 const POLL_SLICE_MS: u16 = 500;
 
+/// The stop of the blocking thread: a flag, and an eventfd its waits poll
+/// beside their own descriptor so a stop ends them at once.
+struct StopSignal {
+    flag: AtomicBool,
+    efd: Option<EventFd>,
+}
+
+impl StopSignal {
+    fn new() -> Self {
+        let efd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK);
+        if let Err(e) = &efd {
+            debug!(error = %e, "Eviction manager: no stop eventfd, waits are sliced");
+        }
+        Self {
+            flag: AtomicBool::new(false),
+            efd: efd.ok(),
+        }
+    }
+
+    fn stop(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+        if let Some(efd) = &self.efd {
+            let _ = efd.write(1);
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
 /// A cgroup v1 threshold registration; dropping it unregisters it.
 struct CgroupV1 {
     efd: EventFd,
@@ -165,17 +197,60 @@ fn register_v1(cgroup_root: &Path, threshold: u64) -> Result<CgroupV1, EvictionE
 
 /// Waits (blocking) until `fd` has `events` or `until` passes or `stop`
 /// is set; true when the events came.
-fn wait(fd: BorrowedFd<'_>, events: PollFlags, until: Instant, stop: &AtomicBool) -> bool {
-    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-        let mut fds = [PollFd::new(fd, events)];
-        if let Ok(n) = poll(&mut fds, PollTimeout::from(POLL_SLICE_MS))
+fn wait(fd: BorrowedFd<'_>, events: PollFlags, until: Instant, stop: &StopSignal) -> bool {
+    wait_counted(fd, events, until, stop).0
+}
+
+/// [`wait`], also saying how many `poll` calls it made: one per event,
+/// deadline or stop (a slice each 500 ms only without a stop eventfd).
+fn wait_counted(
+    fd: BorrowedFd<'_>,
+    events: PollFlags,
+    until: Instant,
+    stop: &StopSignal,
+) -> (bool, u32) {
+    let mut polls = 0u32;
+    loop {
+        let now = Instant::now();
+        if stop.is_set() || now >= until {
+            return (false, polls);
+        }
+        let left = until - now;
+        let cap = match &stop.efd {
+            Some(_) => u128::from(u16::MAX),
+            None => u128::from(POLL_SLICE_MS),
+        };
+        // Rounded up: a poll that ends just short of the deadline would
+        // make a second, empty one.
+        let ms = (left.as_nanos().div_ceil(1_000_000)).min(cap);
+        let timeout = PollTimeout::from(u16::try_from(ms).unwrap_or(u16::MAX));
+        let mut fds = vec![PollFd::new(fd, events)];
+        if let Some(efd) = &stop.efd {
+            fds.push(PollFd::new(efd.as_fd(), PollFlags::POLLIN));
+        }
+        polls += 1;
+        if let Ok(n) = poll(&mut fds, timeout)
             && n > 0
             && fds[0].revents().is_some_and(|r| r.intersects(events))
         {
-            return true;
+            return (true, polls);
         }
     }
-    false
+}
+
+/// Sleeps (blocking) until `until` or a stop.
+fn sleep_until(until: Instant, stop: &StopSignal) {
+    match &stop.efd {
+        Some(efd) => {
+            // Never readable but through the stop itself.
+            let _ = wait(efd.as_fd(), PollFlags::POLLIN, until, stop);
+        }
+        None => {
+            while !stop.is_set() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(u64::from(POLL_SLICE_MS)));
+            }
+        }
+    }
 }
 
 /// Where the notifier reads.
@@ -199,7 +274,8 @@ impl Default for Roots {
 /// Runs the notifier for the `memory.available` thresholds among
 /// `thresholds` until `stop`, waking `wake` when memory crosses one. Ends
 /// (logged) when the host supports neither mechanism. The waits block a
-/// thread of the blocking pool, in slices of 500 ms so a stop is seen.
+/// thread of the blocking pool, which wakes only for an event, the 10 s
+/// refresh or the stop (an eventfd polled beside the threshold's).
 pub async fn run(
     thresholds: Vec<Threshold>,
     roots: Roots,
@@ -213,7 +289,7 @@ pub async fn run(
     if memory.is_empty() {
         return;
     }
-    let stopped = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(StopSignal::new());
     // Also when this future is dropped without `stop` (a runtime shut down
     // under it): the blocking thread must end, or the runtime's drop waits
     // for it forever.
@@ -228,22 +304,22 @@ pub async fn run(
         }
     });
     stop.cancelled().await;
-    stopped.store(true, Ordering::Relaxed);
+    stopped.stop();
     let _ = work.await;
 }
 
-/// Sets the flag the blocking waits check when dropped.
-struct StopOnDrop(Arc<AtomicBool>);
+/// Stops the blocking waits when dropped.
+struct StopOnDrop(Arc<StopSignal>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.stop();
     }
 }
 
-fn run_v1(memory: &[Threshold], roots: &Roots, wake: &Notify, stop: &AtomicBool) {
+fn run_v1(memory: &[Threshold], roots: &Roots, wake: &Notify, stop: &StopSignal) {
     let mut failed_once = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         let until = Instant::now() + NOTIFIER_REFRESH_INTERVAL;
         let registered = read_root_memory(&roots.cgroup, &roots.proc).and_then(|m| {
             memory
@@ -261,9 +337,7 @@ fn run_v1(memory: &[Threshold], roots: &Roots, wake: &Notify, stop: &AtomicBool)
                     info!(error = %e, "Eviction manager: failed to create memory threshold notifier");
                     failed_once = true;
                 }
-                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-                    std::thread::sleep(Duration::from_millis(u64::from(POLL_SLICE_MS)));
-                }
+                sleep_until(until, stop);
                 continue;
             }
         };
@@ -286,7 +360,7 @@ fn run_v1(memory: &[Threshold], roots: &Roots, wake: &Notify, stop: &AtomicBool)
     }
 }
 
-fn run_psi(roots: &Roots, wake: &Notify, stop: &AtomicBool) {
+fn run_psi(roots: &Roots, wake: &Notify, stop: &StopSignal) {
     let path = roots.proc.join("pressure/memory");
     let f = OpenOptions::new().read(true).write(true).open(&path);
     let mut f = match f {
@@ -301,13 +375,13 @@ fn run_psi(roots: &Roots, wake: &Notify, stop: &AtomicBool) {
         info!(error = %e, "Eviction manager: PSI memory trigger refused, polling only");
         return;
     }
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         let until = Instant::now() + NOTIFIER_REFRESH_INTERVAL;
         if wait(f.as_fd(), PollFlags::POLLPRI, until, stop) {
             debug!("Eviction manager: memory stall (PSI trigger)");
             wake.notify_one();
             // At most one wake-up per trigger window.
-            std::thread::sleep(Duration::from_secs(1));
+            sleep_until(Instant::now() + Duration::from_secs(1), stop);
         }
     }
 }
@@ -368,5 +442,54 @@ mod tests {
             Some(u64::MAX)
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn event() -> EventFd {
+        EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).expect("eventfd")
+    }
+
+    #[test]
+    fn a_quiet_wait_is_one_poll_until_its_deadline() {
+        // Nothing happens for 1.2 s: one poll (three 500 ms slices before).
+        let fd = event();
+        let stop = StopSignal::new();
+        let t0 = Instant::now();
+        let (got, polls) = wait_counted(
+            fd.as_fd(),
+            PollFlags::POLLIN,
+            Instant::now() + Duration::from_millis(1200),
+            &stop,
+        );
+        assert!(!got);
+        assert_eq!(polls, 1);
+        assert!(t0.elapsed() >= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn a_wait_ends_at_once_on_its_event_or_on_the_stop() {
+        let fd = event();
+        let stop = Arc::new(StopSignal::new());
+        fd.write(1).expect("write");
+        let until = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            wait_counted(fd.as_fd(), PollFlags::POLLIN, until, &stop),
+            (true, 1)
+        );
+        let _ = fd.read();
+        let stopper = stop.clone();
+        let t0 = Instant::now();
+        let th = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            stopper.stop();
+        });
+        let (got, polls) = wait_counted(fd.as_fd(), PollFlags::POLLIN, until, &stop);
+        th.join().expect("join");
+        assert!(!got);
+        assert!(polls <= 2, "{polls}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        // Stopped: a sleep returns at once.
+        let t1 = Instant::now();
+        sleep_until(Instant::now() + Duration::from_secs(60), &stop);
+        assert!(t1.elapsed() < Duration::from_secs(1));
     }
 }
