@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -13,6 +14,7 @@ use parking_lot::Mutex;
 #[derive(Debug, Clone, Default)]
 pub struct DesiredStateOfWorld {
     sockets: Arc<Mutex<BTreeSet<PathBuf>>>,
+    walks: Arc<AtomicU64>,
 }
 
 impl DesiredStateOfWorld {
@@ -21,7 +23,13 @@ impl DesiredStateOfWorld {
         self.sockets.lock().iter().cloned().collect()
     }
 
+    /// How many walks of the directory produced this state so far.
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn replace(&self, sockets: impl IntoIterator<Item = PathBuf>) {
         *self.sockets.lock() = sockets.into_iter().collect();
+        self.walks.fetch_add(1, Ordering::Relaxed);
     }
 }

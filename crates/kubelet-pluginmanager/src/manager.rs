@@ -1,8 +1,9 @@
 //! The plugin manager (upstream `pluginmanager.PluginManager`): the
 //! desired state of the world is the set of sockets in the registry
-//! directory, refreshed on every inotify wake-up and every rescan interval
-//! (upstream's reconciler runs every second; the rescan also catches events
-//! inotify missed); each socket's task brings the actual state to it.
+//! directory, refreshed on every inotify wake-up (as upstream's fsnotify
+//! watcher) and, as a safety net, every rescan interval (a minute: an idle
+//! node does not walk the directory; an inotify queue overflow asks for a
+//! walk at once); each socket's task brings the actual state to it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,8 +24,10 @@ use crate::scan::{self, SocketIdentity};
 use crate::watcher;
 use crate::worker::{self, Desired, MonitorConfig, Shared};
 
-/// How often the directory is walked with no inotify event.
-pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the directory is walked with no inotify event (upstream
+/// never walks it again; inotify reports every change, and asks for a walk
+/// when its queue overflowed).
+pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// The deadline handed to `register_plugin` (upstream passes none and the
 /// CSI handler then uses its 2 min `csiTimeout`).
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(120);

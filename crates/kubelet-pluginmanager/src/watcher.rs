@@ -22,7 +22,8 @@ pub struct DirWatch {
 /// on `wake` for every change that may add or remove a socket.
 pub fn watch(dir: &Path, wake: mpsc::Sender<()>) -> Result<DirWatch, Error> {
     let handler = move |res: notify::Result<notify::Event>| match res {
-        Ok(event) if matters(&event.kind) => {
+        // `need_rescan`: the inotify queue overflowed, events were lost.
+        Ok(event) if matters(&event.kind) || event.need_rescan() => {
             // Full: a wake-up is already pending, which is enough.
             let _ = wake.try_send(());
         }

@@ -22,6 +22,7 @@ use crate::{
 };
 
 mod monitor;
+mod quiet;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
