@@ -1,7 +1,10 @@
 //! The node lease heartbeat (upstream `k8s.io/component-helpers/apimachinery/lease`
 //! controller as the kubelet runs it): `kube-node-lease/<node>` with
-//! `leaseDurationSeconds` (40) and a renew every quarter of it (10s), by GET +
-//! PUT with the read resourceVersion (optimistic concurrency). It runs on its
+//! `leaseDurationSeconds` (40) and a renew every quarter of it (10s), by a
+//! PUT of the lease the previous renewal got back (upstream `latestLease`:
+//! one request per renewal), with its resourceVersion (optimistic
+//! concurrency); a GET (or create) only for the first renewal and after a
+//! conflict, a missing lease or a failure. It runs on its
 //! own task, so a slow node status patch never lets the lease expire. The
 //! lease is owned by the Node once the Node's UID is known.
 //!
@@ -134,6 +137,15 @@ impl LeaseController {
 
     /// One heartbeat: get-or-create, then update with retries on conflict.
     pub async fn renew(&self) -> Result<Lease, kube::Error> {
+        self.renew_from(&mut None).await
+    }
+
+    /// One heartbeat from `latest`, the lease the previous renewal got back
+    /// (upstream `latestLease`): a PUT of it alone when it is current; a
+    /// GET (or create) when there is none, or when it was stale (conflict)
+    /// or gone. `latest` holds the lease this renewal got back, or `None`
+    /// after a failure (the next one reads afresh).
+    pub async fn renew_from(&self, latest: &mut Option<Lease>) -> Result<Lease, kube::Error> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
         let mut attempt = 0;
         loop {
@@ -142,23 +154,29 @@ impl LeaseController {
                 kube::Error::Api(s) if s.code == 409 && attempt < MAX_UPDATE_RETRIES => Ok(()),
                 other => Err(other),
             };
-            let current = match api.get_opt(&self.node_name).await? {
-                Some(l) => l,
-                None => {
-                    let mut fresh = Lease::default();
-                    fresh.metadata.name = Some(self.node_name.clone());
-                    fresh.metadata.namespace = Some(LEASE_NAMESPACE.into());
-                    match api
-                        .create(&PostParams::default(), &self.desired(fresh))
-                        .await
-                    {
-                        Ok(l) => return Ok(l),
-                        Err(e) => {
-                            conflict(e)?;
-                            continue;
+            let (current, cached) = match latest.take() {
+                Some(l) => (l, true),
+                None => match api.get_opt(&self.node_name).await? {
+                    Some(l) => (l, false),
+                    None => {
+                        let mut fresh = Lease::default();
+                        fresh.metadata.name = Some(self.node_name.clone());
+                        fresh.metadata.namespace = Some(LEASE_NAMESPACE.into());
+                        match api
+                            .create(&PostParams::default(), &self.desired(fresh))
+                            .await
+                        {
+                            Ok(l) => {
+                                *latest = Some(l.clone());
+                                return Ok(l);
+                            }
+                            Err(e) => {
+                                conflict(e)?;
+                                continue;
+                            }
                         }
                     }
-                }
+                },
             };
             match api
                 .replace(
@@ -168,7 +186,14 @@ impl LeaseController {
                 )
                 .await
             {
-                Ok(l) => return Ok(l),
+                Ok(l) => {
+                    *latest = Some(l.clone());
+                    return Ok(l);
+                }
+                // The kept copy was deleted meanwhile: read (or create) it.
+                Err(kube::Error::Api(s)) if cached && s.code == 404 => {
+                    debug!("Lease gone; reading it afresh");
+                }
                 Err(e) => {
                     conflict(e)?;
                     debug!("Lease update conflict; retrying");
@@ -183,8 +208,10 @@ impl LeaseController {
     /// closes the client's connections when failures repeat, as upstream.
     pub async fn run(self, stop: CancellationToken) {
         let mut backoff = Backoff::default();
+        let mut latest = None;
         loop {
-            let failed = match tokio::time::timeout(self.renew_interval(), self.renew()).await {
+            let renewal = self.renew_from(&mut latest);
+            let failed = match tokio::time::timeout(self.renew_interval(), renewal).await {
                 Ok(Ok(_)) => None,
                 Ok(Err(e)) => {
                     warn!(error = %e, "Failed to update lease");
@@ -286,7 +313,8 @@ mod tests {
         assert_eq!(l["spec"]["leaseDurationSeconds"], 40);
         assert_eq!(l["metadata"]["ownerReferences"][0]["kind"], "Node");
         assert_eq!(l["metadata"]["ownerReferences"][0]["uid"], "node-uid-1");
-        // Each renewal is a GET and a PUT with the resourceVersion read (optimistic concurrency).
+        // Each renewal is a PUT with the resourceVersion the last one got back
+        // (optimistic concurrency), with no GET after the first.
         let puts = c
             .api
             .requests()
@@ -294,6 +322,13 @@ mod tests {
             .filter(|r| r.method == "PUT" && r.path.ends_with("/leases/n1"))
             .count();
         assert!(puts >= 3, "renewals are updates, saw {puts}");
+        let gets = c
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/leases/n1"))
+            .count();
+        assert_eq!(gets, 1, "only the first renewal reads the lease");
         stop.cancel();
         let _ = task.await;
     }
@@ -468,5 +503,64 @@ mod tests {
             renewed.spec.and_then(|s| s.holder_identity).as_deref(),
             Some("n2")
         );
+    }
+
+    #[tokio::test]
+    async fn a_kept_lease_is_put_alone_and_read_again_after_a_conflict_or_deletion() {
+        let c = Cluster::start(Default::default()).await;
+        let lease = LeaseController {
+            client: c.node_client("n3").await,
+            node_name: "n3".into(),
+            duration_seconds: 40,
+            clock: Arc::new(kubelet_client::clock::SystemClock),
+            node_uid: watch::channel(None).1,
+            connections: None,
+            recovered: None,
+        };
+        let count = |method: &str| {
+            c.api
+                .requests()
+                .iter()
+                .filter(|r| r.method == method && r.path.ends_with("/leases/n3"))
+                .count()
+        };
+        let mut latest = None;
+        lease.renew_from(&mut latest).await.expect("created");
+        let gets = count("GET");
+        // A quiet renewal: one PUT, no GET.
+        lease.renew_from(&mut latest).await.expect("renewed");
+        lease.renew_from(&mut latest).await.expect("renewed");
+        assert_eq!(count("GET"), gets);
+        assert_eq!(count("PUT"), 2);
+
+        // Another writer: the kept copy is stale, so the PUT conflicts, the
+        // lease is read again and the renewal wins.
+        let admin: Api<Lease> = Api::namespaced(c.admin().await, LEASE_NAMESPACE);
+        let mut other = admin.get("n3").await.expect("lease");
+        other
+            .spec
+            .get_or_insert_with(Default::default)
+            .holder_identity = Some("intruder".into());
+        admin
+            .replace("n3", &PostParams::default(), &other)
+            .await
+            .expect("other writer");
+        // (The writer's own GET counts too.)
+        let gets = count("GET");
+        let renewed = lease.renew_from(&mut latest).await.expect("re-read");
+        assert_eq!(
+            renewed.spec.and_then(|s| s.holder_identity).as_deref(),
+            Some("n3")
+        );
+        assert_eq!(count("GET"), gets + 1);
+
+        // Deleted: read (missing), created again.
+        admin
+            .delete("n3", &Default::default())
+            .await
+            .expect("delete");
+        lease.renew_from(&mut latest).await.expect("created again");
+        assert!(c.api.get("leases", LEASE_NAMESPACE, "n3").is_some());
+        assert_eq!(count("GET"), gets + 2);
     }
 }
