@@ -51,6 +51,20 @@ pub fn validate_pod(pod: &Pod) -> ErrorList {
             errs.push(FieldError::invalid(meta.child("namespace"), ns, m));
         }
     }
+    let labels = meta.child("labels");
+    for (k, v) in pod.metadata.labels.iter().flatten() {
+        for m in names::qualified_name(k) {
+            errs.push(FieldError::invalid(labels.clone(), k, m));
+        }
+        for m in names::label_value(v) {
+            errs.push(FieldError::invalid(labels.clone(), v, m));
+        }
+    }
+    for k in pod.metadata.annotations.iter().flatten().map(|(k, _)| k) {
+        for m in names::qualified_name(&k.to_lowercase()) {
+            errs.push(FieldError::invalid(meta.child("annotations"), k, m));
+        }
+    }
     match &pod.spec {
         Some(spec) => validate_spec(spec, &Path::new("spec"), &mut errs),
         None => errs.push(FieldError::required(Path::new("spec"), "")),

@@ -131,6 +131,27 @@ pub fn qualified_name(s: &str) -> Vec<String> {
     out
 }
 
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// Upstream `IsValidLabelValue`.
+pub fn label_value(s: &str) -> Vec<String> {
+    let mut out = vec![];
+    if s.len() > 63 {
+        out.push(max_len(63));
+    }
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_alphanumeric();
+    let ok = s.is_empty()
+        || (b.first().is_some_and(alnum)
+            && b.last().is_some_and(alnum)
+            && b.iter()
+                .all(|c| alnum(c) || matches!(c, b'-' | b'_' | b'.')));
+    if !ok {
+        out.push(LABEL_VALUE_MSG.to_string());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +191,19 @@ mod tests {
         assert!(env_var_name("1starts with digit").is_empty());
         assert_eq!(env_var_name("A=B").len(), 1);
         assert_eq!(env_var_name("tab\t").len(), 1);
+    }
+
+    #[test]
+    fn label_values() {
+        for ok in ["", "web", "My_Value.1", &"a".repeat(63)] {
+            assert!(label_value(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(label_value("-x"), [LABEL_VALUE_MSG]);
+        assert_eq!(label_value("a b"), [LABEL_VALUE_MSG]);
+        assert_eq!(
+            label_value(&"a".repeat(64)),
+            ["must be no more than 63 characters"]
+        );
     }
 
     #[test]

@@ -80,6 +80,22 @@ fn names_are_dns_subdomains_and_labels() {
         e[1].starts_with("metadata.namespace: Invalid value: \"Kube_System\": a lowercase RFC 1123 label must consist of"),
         "{e:?}"
     );
+    let e = errors(
+        "kind: Pod\nmetadata: {name: a, labels: {'bad key!': x, app: 'no spaces'}, annotations: {'kubernetes.io/config.source': file, '/x': z}}\nspec: {containers: [{name: c, image: i}]}\n",
+    );
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(
+        e[0].starts_with("metadata.labels: Invalid value: \"no spaces\": a valid label must be"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("metadata.labels: Invalid value: \"bad key!\": name part must consist of"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e[2],
+        "metadata.annotations: Invalid value: \"/x\": prefix part must be non-empty"
+    );
     let e = errors("kind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: i}]}\n");
     assert_eq!(
         e,
