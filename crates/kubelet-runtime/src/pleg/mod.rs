@@ -7,6 +7,8 @@
 //! bounded number at a time, each under its own deadline: one pod whose status
 //! calls hang delays only its own events, never the relist or other pods.
 //! The generator is healthy while a relist succeeded within the last 3 minutes.
+//! A relist that finds what the previous one found keeps its record as it
+//! is ([`quiet`]): no per-pod work on an idle node.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -24,6 +26,7 @@ use tracing::{debug, warn};
 
 mod cache;
 mod metrics;
+mod quiet;
 
 pub use cache::PodCache;
 
@@ -80,7 +83,9 @@ impl RuntimePod {
 }
 
 struct State {
-    pods: HashMap<String, RuntimePod>,
+    /// Shared with readers ([`GenericPleg::runtime_pods`]): replaced, never
+    /// changed in place.
+    pods: Arc<HashMap<String, RuntimePod>>,
     in_flight: HashSet<String>,
     dirty: HashSet<String>,
 }
@@ -145,7 +150,7 @@ impl GenericPleg {
             events: tx,
             cache: Arc::new(PodCache::default()),
             state: Mutex::new(State {
-                pods: HashMap::new(),
+                pods: Arc::default(),
                 in_flight: HashSet::new(),
                 dirty: HashSet::new(),
             }),
@@ -171,8 +176,8 @@ impl GenericPleg {
         &self.cache
     }
 
-    /// Pods the runtime had at the last relist, by UID.
-    pub fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+    /// Pods the runtime had at the last relist, by UID (shared, not copied).
+    pub fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>> {
         self.state.lock().pods.clone()
     }
 
@@ -226,6 +231,15 @@ impl GenericPleg {
             }
         }
         let (sandboxes, containers) = listed?;
+        {
+            let st = self.state.lock();
+            if st.dirty.is_empty() && quiet::unchanged(&st.pods, &sandboxes, &containers) {
+                drop(st);
+                *self.last_relist.lock() = Some(Instant::now());
+                self.cache.update_time(timestamp);
+                return Ok(0);
+            }
+        }
         let mut current: HashMap<String, RuntimePod> = HashMap::new();
         for s in &sandboxes {
             let Some(uid) = s.labels.get(l::POD_UID) else {
@@ -280,7 +294,7 @@ impl GenericPleg {
                     per_pod.push((uid.clone(), p.name, p.namespace, evs));
                 }
             }
-            st.pods = current;
+            st.pods = Arc::new(current);
         }
         let n = per_pod.len();
         for (uid, name, ns, evs) in per_pod {

@@ -71,12 +71,12 @@ impl Heartbeat {
 #[async_trait::async_trait]
 pub trait Pleg: Send + Sync {
     /// Pods the runtime had at the last relist, by UID.
-    async fn runtime_pods(&self) -> HashMap<String, RuntimePod>;
+    async fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>>;
 }
 
 #[async_trait::async_trait]
 impl Pleg for GenericPleg {
-    async fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+    async fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>> {
         GenericPleg::runtime_pods(self)
     }
 }
@@ -364,7 +364,7 @@ impl SyncLoop {
             }
         }
         let runtime = self.pleg.runtime_pods().await;
-        for (uid, rp) in &runtime {
+        for (uid, rp) in runtime.iter() {
             if desired.contains_key(uid) {
                 continue;
             }

@@ -23,11 +23,11 @@ struct FakePleg {
 
 #[async_trait::async_trait]
 impl Pleg for FakePleg {
-    async fn runtime_pods(&self) -> HashMap<String, RuntimePod> {
+    async fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>> {
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.pods.lock().clone()
+        Arc::new(self.pods.lock().clone())
     }
 }
 
