@@ -8,8 +8,9 @@
 //! - `idle`: after `IDLE_BENCH_SETTLE` seconds (default 60) with no pods, the
 //!   kubelet's CPU seconds in each of `IDLE_BENCH_WINDOWS` windows (default 3)
 //!   of 30 s, then VmRSS and RssAnon;
-//! - `pods`: PODS plain pods (a sleeping busybox) created at once and awaited
-//!   Running and Ready, then the same settle and windows;
+//! - `pods`: PODS plain pods (a sleeping busybox) created one after another
+//!   and awaited Running and Ready, then the same settle and windows, and the
+//!   milliseconds from the first create until all were Ready;
 //! - `gone`: the pods deleted and awaited gone from the API, then VmRSS and
 //!   RssAnon 30 s later and again after `IDLE_BENCH_AFTER` seconds (default
 //!   360: `app::allocator` trims after removals settle).
@@ -71,8 +72,9 @@ fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("RssAnon:")?))
 }
 
-/// Settles, then CPU seconds per 30 s window, then memory.
-async fn measure(phase: &str, pid: u32) -> anyhow::Result<()> {
+/// Settles, then CPU seconds per 30 s window, then memory; `extra` goes at
+/// the end of the line.
+async fn measure(phase: &str, pid: u32, extra: &str) -> anyhow::Result<()> {
     tokio::time::sleep(env_secs("IDLE_BENCH_SETTLE", 60)).await;
     let windows = std::env::var("IDLE_BENCH_WINDOWS")
         .ok()
@@ -86,7 +88,7 @@ async fn measure(phase: &str, pid: u32) -> anyhow::Result<()> {
     }
     let (rss, anon) = memory_kib(pid)?;
     println!(
-        "{phase} cpu_s_per_30s={} rss_kib={rss} rss_anon_kib={anon}",
+        "{phase} cpu_s_per_30s={} rss_kib={rss} rss_anon_kib={anon}{extra}",
         cpu.join(",")
     );
     Ok(())
@@ -102,13 +104,14 @@ fn ready(p: &serde_json::Value) -> bool {
 
 async fn run(cluster: &Cluster, n: usize) -> anyhow::Result<()> {
     let pid = cluster.pid()?;
-    measure("idle", pid).await?;
+    measure("idle", pid, "").await?;
     let hold = env_secs("IDLE_BENCH_HOLD", 0);
     if !hold.is_zero() {
         println!("hold pid={pid} seconds={}", hold.as_secs());
         tokio::time::sleep(hold).await;
     }
     let pods: Api<Pod> = Api::namespaced(cluster.admin.clone(), "default");
+    let created = Instant::now();
     let names: Vec<String> = (0..n).map(|i| format!("i{i}-{}", cluster.node)).collect();
     for name in &names {
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
@@ -129,7 +132,8 @@ async fn run(cluster: &Cluster, n: usize) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    measure("pods", pid).await?;
+    let ready_ms = created.elapsed().as_millis();
+    measure("pods", pid, &format!(" ready_ms={ready_ms}")).await?;
     for name in &names {
         pods.delete(name, &DeleteParams::default()).await?;
     }
