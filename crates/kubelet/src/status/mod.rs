@@ -3,6 +3,7 @@
 //! latest per pod (the cache of upstream `pkg/kubelet/status/status_manager.go`),
 //! and in cluster mode patching it to the apiserver ([`sync`]).
 
+mod compared;
 pub mod conditions;
 #[cfg(test)]
 mod ephemeral_tests;

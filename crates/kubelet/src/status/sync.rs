@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::StatusManager;
+use super::compared::Compared;
 use crate::pod_manager::PodManager;
 
 /// Upstream `syncPeriod` of the status manager.
@@ -85,8 +86,30 @@ pub fn status_patch(s: &PodStatus) -> Value {
     v
 }
 
-/// Where a pod's status goes: namespace, name and UID of the API object.
-fn api_target(p: &Pod, mirror: &PodManager) -> Option<(String, String, String, Option<PodStatus>)> {
+/// Where a pod's status goes: the API object (the pod, or a static pod's
+/// mirror pod).
+struct Target {
+    namespace: String,
+    name: String,
+    uid: String,
+    status: Option<PodStatus>,
+    /// Its resourceVersion.
+    version: Option<String>,
+}
+
+impl Target {
+    fn of(p: &Pod) -> Self {
+        Self {
+            namespace: pod::namespace(p).to_string(),
+            name: pod::name(p).to_string(),
+            uid: pod::uid(p).to_string(),
+            status: p.status.clone(),
+            version: p.metadata.resource_version.clone(),
+        }
+    }
+}
+
+fn api_target(p: &Pod, mirror: &PodManager) -> Option<Target> {
     let source = p
         .metadata
         .annotations
@@ -95,19 +118,9 @@ fn api_target(p: &Pod, mirror: &PodManager) -> Option<(String, String, String, O
         .map(String::as_str);
     if matches!(source, Some("file" | "http")) {
         let m = mirror.get_mirror_pod_by_full_name(&pod::full_name(p))?;
-        return Some((
-            pod::namespace(&m).to_string(),
-            pod::name(&m).to_string(),
-            pod::uid(&m).to_string(),
-            m.status.clone(),
-        ));
+        return Some(Target::of(&m));
     }
-    Some((
-        pod::namespace(p).to_string(),
-        pod::name(p).to_string(),
-        pod::uid(p).to_string(),
-        p.status.clone(),
-    ))
+    Some(Target::of(p))
 }
 
 /// Patches pod statuses to the apiserver.
@@ -123,7 +136,12 @@ pub struct StatusSync {
 }
 
 impl StatusSync {
-    async fn sync_one(&self, uid: &str, sent: &mut HashMap<String, Value>) {
+    async fn sync_one(
+        &self,
+        uid: &str,
+        sent: &mut HashMap<String, Value>,
+        compared: &mut Compared,
+    ) {
         let Some(p) = self.desired.get_pod_by_uid(uid) else {
             sent.remove(uid);
             return;
@@ -131,17 +149,36 @@ impl StatusSync {
         let Some(status) = self.status.get_pod_status(uid) else {
             return;
         };
-        let Some((ns, name, api_uid, api_status)) = api_target(&p, &self.mirror) else {
+        let Some(target) = api_target(&p, &self.mirror) else {
             debug!(pod = %pod::describe(&p), "No mirror pod yet; status not sent");
             return;
         };
-        let ours = kubelet_view(&status);
-        let current = api_status
-            .as_ref()
-            .map(kubelet_view)
-            .is_some_and(|theirs| up_to_date(&ours, &theirs));
+        let Target {
+            namespace: ns,
+            name,
+            uid: api_uid,
+            status: api_status,
+            version,
+        } = target;
+        let mut rendered = None;
+        let current = compared.up_to_date(uid, &status, version.as_deref(), || {
+            let ours = kubelet_view(&status);
+            let current = api_status
+                .as_ref()
+                .map(kubelet_view)
+                .is_some_and(|theirs| up_to_date(&ours, &theirs));
+            rendered = Some(ours);
+            current
+        });
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        if !current && sent.get(uid) != Some(&ours) {
+        let ours = match (current, rendered) {
+            (true, _) => None,
+            (false, Some(ours)) => Some(ours),
+            (false, None) => Some(kubelet_view(&status)),
+        };
+        if let Some(ours) = ours
+            && sent.get(uid) != Some(&ours)
+        {
             let body = json!({"metadata": {"uid": api_uid}, "status": status_patch(&status)});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(body))
@@ -184,6 +221,7 @@ impl StatusSync {
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) {
         let mut sent: HashMap<String, Value> = HashMap::new();
+        let mut compared = Compared::default();
         let mut tick = tokio::time::interval(RESYNC_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first resync is one period in: changes are sent as they come.
@@ -202,9 +240,10 @@ impl StatusSync {
                 if stop.is_cancelled() {
                     return;
                 }
-                self.sync_one(&uid, &mut sent).await;
+                self.sync_one(&uid, &mut sent, &mut compared).await;
             }
             sent.retain(|uid, _| self.desired.contains(uid));
+            compared.retain(|uid| self.desired.contains(uid));
         }
     }
 }
@@ -408,7 +447,8 @@ mod tests {
             mirror: PodManager::default(),
         };
         let mut sent = HashMap::new();
-        sync.sync_one(pod::uid(&old), &mut sent).await;
+        sync.sync_one(pod::uid(&old), &mut sent, &mut Compared::default())
+            .await;
         let now = c.api.get("pods", "default", "q").expect("pod");
         assert_eq!(now["metadata"]["uid"], pod::uid(&new));
         assert_eq!(
