@@ -251,3 +251,30 @@ fn every_pod_of_the_defaulting_table_is_valid() {
         assert_eq!(errs, Vec::<String>::new(), "{}", case["name"]);
     }
 }
+
+#[test]
+fn the_static_pod_shapes_of_the_integration_suite_are_valid() {
+    // tests/harness.rs `pod_yaml` and the inline manifests of tests/static_pods.rs.
+    let pod_yaml = |name: &str, image: &str, script: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: {image}\n    command: [\"sh\", \"-c\", {script:?}]\n"
+        )
+    };
+    let busybox = "localhost:5000/busybox:1.35";
+    for m in [
+        pod_yaml("web", busybox, "echo hello; sleep 3600"),
+        pod_yaml("bad", "localhost:5000/does-not-exist:1", "true"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: init}}\nspec:\n  terminationGracePeriodSeconds: 2\n  initContainers:\n  - {{name: first, image: {busybox}, command: [sh, -c, 'sleep 1']}}\n  - {{name: second, image: {busybox}, command: [sh, -c, 'sleep 1']}}\n  containers:\n  - {{name: c, image: {busybox}, command: [sh, -c, 'sleep 3600']}}\n"
+        ),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: hn}}\nspec:\n  hostNetwork: true\n  hostPID: true\n  hostIPC: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {busybox}, command: [sleep, '3600']}}\n"
+        ),
+    ] {
+        let e: Vec<String> = validate_static_pod(&pod(&m), "it-0a1b2c3d")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(e, Vec::<String>::new(), "{m}");
+    }
+}
