@@ -338,6 +338,7 @@ async fn swap(j: &mut Joined, logs: &Captured, uids: &mut Vec<Value>) -> anyhow:
         "log line {}",
         lines[0]
     );
+    println!("kubelet-rs logged: {}", lines[0]);
     ensure!(
         kubelet_runtime::foreign_restarts::restarted_so_far() == restarted_before + 1,
         "count"
