@@ -80,10 +80,52 @@ pub fn container_annotations(
     {
         out.insert(labels::CONTAINER_PORTS.into(), json);
     }
+    // Upstream `newContainerAnnotations` writes the preStop handler too, so an
+    // upstream kubelet that takes over can run it for a container whose pod
+    // is gone.
+    if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+        && let Ok(json) = serde_json::to_string(pre_stop)
+    {
+        out.insert(labels::CONTAINER_PRE_STOP_HANDLER.into(), json);
+    }
     out
 }
 
 /// The pod UID label of a sandbox or container, if it has one.
 pub fn pod_uid(labels_: &HashMap<String, String>) -> Option<&str> {
     labels_.get(labels::POD_UID).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(container: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [container]}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn pre_stop_handler_is_annotated_as_upstream_writes_it() {
+        let p = pod(serde_json::json!({"name": "c", "image": "i",
+            "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 1"]}}}}));
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        let a = container_annotations(&p, c, 0);
+        let v: serde_json::Value = serde_json::from_str(
+            a.get(labels::CONTAINER_PRE_STOP_HANDLER)
+                .expect("preStop annotation"),
+        )
+        .expect("json");
+        assert_eq!(
+            v,
+            serde_json::json!({"exec": {"command": ["sh", "-c", "sleep 1"]}})
+        );
+
+        let p = pod(serde_json::json!({"name": "c", "image": "i"}));
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        assert!(!container_annotations(&p, c, 0).contains_key(labels::CONTAINER_PRE_STOP_HANDLER));
+    }
 }

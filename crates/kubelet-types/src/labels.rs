@@ -26,6 +26,9 @@ pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Container annotation: JSON of the container ports.
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+/// Container annotation: the preStop handler as JSON, which upstream reads to
+/// run the hook when it kills a container whose pod spec it no longer has.
+pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 
 /// Pod annotation: which source the pod came from.
 pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
