@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::Source;
 use kubelet_types::defaults::apply_static_defaults;
 
-use crate::validation::{ErrorList, validate_static_pod};
+use crate::validation::{ErrorList, render, validate_static_pod};
 
 /// Why a manifest was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +45,11 @@ fn to_pod(
 ) -> Result<Pod, ManifestError> {
     let mut pod: Pod =
         serde_json::from_value(v).map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
+    // Upstream `tryDecodeSinglePod`: `ValidatePodCreate` on every static pod.
+    let errs = validate_static_pod(&pod, node);
+    if !errs.is_empty() {
+        return Err(ManifestError(format!("invalid pod: {}", render(&errs))));
+    }
     apply_static_defaults(&mut pod, source, origin, node)
         .map_err(|e| ManifestError(format!("invalid pod: {e}")))?;
     Ok(pod)
@@ -175,8 +180,26 @@ mod tests {
     }
 
     #[test]
-    fn check_pod_document_reports_every_field_error() {
+    fn an_invalid_pod_is_refused_with_every_field_error() {
         let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec:\n  containers: [{name: c, image: i, ports: [{containerPort: 0}]}]\n";
+        let e = parse_pod_document(bad, Source::File, "f", "n").expect_err("invalid");
+        assert!(
+            e.0.starts_with("invalid pod: [metadata.name: Invalid value: \"Web-n\""),
+            "{e}"
+        );
+        assert!(
+            e.0.ends_with("spec.containers[0].ports[0].containerPort: Required value]"),
+            "{e}"
+        );
+        let list = format!(
+            r#"{{"kind":"PodList","items":[{}]}}"#,
+            r#"{"metadata":{"name":"x"},"spec":{"containers":[{"name":"C","image":"i"}]}}"#
+        );
+        let e = parse_pods_document(&list, Source::Http, "http://h/p", "n").expect_err("list");
+        assert!(
+            e.0.starts_with("items[0]: invalid pod: [spec.containers[0].name"),
+            "{e}"
+        );
         let errs = check_pod_document(bad, "n").expect("decodes");
         assert_eq!(errs.len(), 2);
         assert!(check_pod_document(POD, "n").expect("decodes").is_empty());
