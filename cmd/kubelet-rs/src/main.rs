@@ -96,6 +96,10 @@ async fn run(cfg: KubeletConfig) -> ExitCode {
 /// `kubelet-rs check [-o text|json] [kubelet flags…]`: the preflight, which
 /// starts nothing (see `kubelet_preflight`).
 fn check(args: &[std::ffi::OsString]) -> ExitCode {
+    if kubelet_preflight::wants_help(args) {
+        print!("{}", kubelet_preflight::USAGE);
+        return ExitCode::SUCCESS;
+    }
     let (format, flags) = match kubelet_preflight::split_args(args) {
         Ok(v) => v,
         Err(e) => {

@@ -441,3 +441,17 @@ fn text_output_has_one_line_per_finding_with_file_and_line() {
     );
     assert!(text.lines().any(|l| l == want), "{text}");
 }
+
+#[test]
+fn help_prints_the_usage_and_exits_zero() {
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--help"])
+        .output()
+        .expect("run kubelet-rs check --help");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("Usage: kubelet-rs check [-o text|json]"),
+        "{text}"
+    );
+}

@@ -37,6 +37,22 @@ pub enum PreflightError {
     Runtime(#[from] std::io::Error),
 }
 
+/// What `kubelet-rs check --help` prints.
+pub const USAGE: &str = "\
+Usage: kubelet-rs check [-o text|json] [kubelet flags...]
+
+Checks offline what a kubelet start with these flags would use: the flags,
+the --config file, static pod manifests, the CRI endpoint and its cgroup
+driver, swap, kubeconfigs and certificates, and the ports it would bind.
+Prints one finding per line (or one JSON document with -o json) and exits 1
+when any finding is an error, 0 otherwise. Starts and changes nothing.
+";
+
+/// Whether `check`'s arguments ask for [`USAGE`] (`-h`, `--help`).
+pub fn wants_help(args: &[OsString]) -> bool {
+    args.iter().any(|a| a == "-h" || a == "--help")
+}
+
 /// How long the CRI endpoint may take to answer (kubeadm's `CRICheck` waits
 /// as long as crictl's default timeout).
 pub const RUNTIME_DEADLINE: Duration = Duration::from_secs(10);
@@ -112,6 +128,8 @@ mod tests {
             split_args(&os(&["-o", "yaml"])),
             Err(PreflightError::OutputFormat(_))
         ));
+        assert!(wants_help(&os(&["--max-pods=3", "--help"])));
+        assert!(!wants_help(&os(&["--max-pods=3"])));
         assert!(matches!(
             split_args(&os(&["-o"])),
             Err(PreflightError::MissingOutputFormat)
