@@ -13,7 +13,7 @@ pub mod names;
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Pod, PodSpec, Probe, Volume};
 use kubelet_types::defaults::apply_api_defaults;
 
 use container::Role;
@@ -24,11 +24,57 @@ pub use field::{ErrorList, ErrorType, FieldError, Path, Seg, render};
 /// (`<name>-<node>`), as `applyDefaults` does before `ValidatePodCreate`.
 pub fn validate_static_pod(pod: &Pod, node_name: &str) -> ErrorList {
     let mut p = pod.clone();
+    clear_empty_defaulted(&mut p);
     apply_api_defaults(&mut p);
     if let Some(name) = p.metadata.name.as_mut().filter(|n| !n.is_empty()) {
         *name = format!("{name}-{}", node_name.to_lowercase());
     }
     validate_pod(&p)
+}
+
+/// Upstream's v1 defaulters (`SetDefaults_PodSpec`, `SetDefaults_Container`,
+/// `SetDefaults_ContainerPort`, `SetDefaults_HTTPGetAction`) fill a field
+/// that is `""` as well as one that is absent: an explicit empty string is
+/// unset, not invalid.
+fn clear_empty_defaulted(p: &mut Pod) {
+    fn clear(v: &mut Option<String>) {
+        if v.as_deref() == Some("") {
+            *v = None;
+        }
+    }
+    fn http(h: Option<&mut HTTPGetAction>) {
+        if let Some(h) = h {
+            clear(&mut h.scheme);
+        }
+    }
+    fn probe(pr: Option<&mut Probe>) {
+        if let Some(pr) = pr {
+            http(pr.http_get.as_mut());
+        }
+    }
+    fn container(c: &mut Container) {
+        clear(&mut c.image_pull_policy);
+        clear(&mut c.termination_message_path);
+        clear(&mut c.termination_message_policy);
+        for port in c.ports.iter_mut().flatten() {
+            clear(&mut port.protocol);
+        }
+        probe(c.liveness_probe.as_mut());
+        probe(c.readiness_probe.as_mut());
+        probe(c.startup_probe.as_mut());
+        if let Some(l) = c.lifecycle.as_mut() {
+            http(l.post_start.as_mut().and_then(|h| h.http_get.as_mut()));
+            http(l.pre_stop.as_mut().and_then(|h| h.http_get.as_mut()));
+        }
+    }
+    let Some(spec) = p.spec.as_mut() else { return };
+    clear(&mut spec.restart_policy);
+    clear(&mut spec.dns_policy);
+    spec.containers.iter_mut().for_each(container);
+    spec.init_containers
+        .iter_mut()
+        .flatten()
+        .for_each(container);
 }
 
 /// Upstream `ValidatePodCreate` on a defaulted pod.
@@ -111,13 +157,8 @@ fn validate_spec(spec: &PodSpec, p: &Path, errs: &mut ErrorList) {
             ));
         }
     }
-    if let Some(g) = spec.termination_grace_period_seconds.filter(|g| *g < 0) {
-        errs.push(FieldError::invalid_num(
-            p.child("terminationGracePeriodSeconds"),
-            g,
-            "must be greater than or equal to 0",
-        ));
-    }
+    // A negative terminationGracePeriodSeconds is not refused: upstream only
+    // warns ("will be treated as 1", `warningsForPodSpec`).
     if let Some(d) = spec.active_deadline_seconds.filter(|d| *d <= 0) {
         errs.push(FieldError::invalid_num(
             p.child("activeDeadlineSeconds"),
@@ -150,6 +191,7 @@ const SOURCES: &[&str] = &[
     "vsphereVolume",
     "quobyte",
     "azureDisk",
+    "photonPersistentDisk",
     "projected",
     "portworxVolume",
     "scaleIO",

@@ -278,3 +278,28 @@ fn the_static_pod_shapes_of_the_integration_suite_are_valid() {
         assert_eq!(e, Vec::<String>::new(), "{m}");
     }
 }
+
+/// Upstream's defaulters fill `""` as they fill an absent field, so these
+/// shapes run on an upstream node and must not be refused here.
+#[test]
+fn empty_strings_upstream_defaults_and_other_shapes_upstream_accepts() {
+    let spec = r#"  restartPolicy: ""
+  dnsPolicy: ""
+  terminationGracePeriodSeconds: -1
+  volumes:
+  - {name: pd, photonPersistentDisk: {pdID: p1}}
+  containers:
+  - name: c
+    image: i
+    imagePullPolicy: ""
+    terminationMessagePolicy: ""
+    terminationMessagePath: ""
+    ports: [{containerPort: 80, protocol: ""}]
+    livenessProbe: {httpGet: {port: 80, scheme: ""}}
+    lifecycle: {preStop: {httpGet: {port: 80, scheme: ""}}}
+"#;
+    assert_eq!(with_spec(spec), Vec::<String>::new());
+    // Two volume sources are still refused, photonPersistentDisk counted.
+    let two = "  volumes:\n  - {name: pd, emptyDir: {}, photonPersistentDisk: {pdID: p1}}\n  containers: [{name: c, image: i}]\n";
+    assert_eq!(with_spec(two).len(), 1, "{:?}", with_spec(two));
+}
