@@ -100,16 +100,17 @@ fn check(args: &[std::ffi::OsString]) -> ExitCode {
         print!("{}", kubelet_preflight::USAGE);
         return ExitCode::SUCCESS;
     }
-    let (format, flags) = match kubelet_preflight::split_args(args) {
-        Ok(v) => v,
+    let args = match kubelet_preflight::parse_args(args) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("kubelet-rs check: {e}");
             return ExitCode::from(EX_USAGE);
         }
     };
-    match kubelet_preflight::check(&flags) {
-        Ok(report) => {
-            print!("{}", report.render(format));
+    match kubelet_preflight::check(&args.flags) {
+        Ok(mut report) => {
+            report.ignore(&args.ignore);
+            print!("{}", report.render(args.format));
             ExitCode::from(report.exit_code())
         }
         Err(e) => {

@@ -455,3 +455,32 @@ fn help_prints_the_usage_and_exits_zero() {
         "{text}"
     );
 }
+
+/// kubeadm's `--ignore-preflight-errors`: the named kinds' errors become
+/// warnings, and with `all` the run exits 0.
+#[test]
+fn ignored_kinds_turn_errors_into_warnings() {
+    let path = fixture("config", "out-of-range.yaml");
+    let strict = check(&[format!("--config={}", path.display())]);
+    assert_eq!(strict.code, 1);
+    let relaxed = check(&[
+        format!("--config={}", path.display()),
+        "--ignore-preflight-errors=all".into(),
+    ]);
+    assert_eq!(relaxed.code, 0, "{:#}", relaxed.doc);
+    let config: Vec<&Value> = relaxed.doc["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == "config")
+        .collect();
+    assert!(!config.is_empty());
+    assert!(
+        config.iter().any(|f| f["severity"] == "warning"
+            && f["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("(ignored: --ignore-preflight-errors)"))),
+        "{config:#?}"
+    );
+    assert!(config.iter().all(|f| f["severity"] != "error"));
+}

@@ -9,6 +9,7 @@
 //! a start, reports one finding per line (or one JSON document), and exits 1
 //! when any finding is an error. It starts nothing and changes nothing.
 
+mod args;
 mod config;
 mod finding;
 mod host;
@@ -20,6 +21,7 @@ mod runtime;
 use std::ffi::OsString;
 use std::time::Duration;
 
+pub use args::{CheckArgs, parse_args};
 pub use finding::{Finding, Kind, Severity};
 pub use report::{OutputFormat, Report};
 
@@ -29,9 +31,12 @@ pub enum PreflightError {
     /// `-o` was given something other than `text` or `json`.
     #[error("unknown output format {0:?}: want text or json")]
     OutputFormat(String),
-    /// `-o` was the last argument.
-    #[error("flag needs an argument: -o")]
-    MissingOutputFormat,
+    /// An option was the last argument.
+    #[error("flag needs an argument: {0}")]
+    MissingValue(&'static str),
+    /// `--ignore-preflight-errors` named no known kind.
+    #[error("unknown finding kind {0:?} in --ignore-preflight-errors")]
+    UnknownKind(String),
     /// The runtime for the CRI check could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[from] std::io::Error),
@@ -39,13 +44,18 @@ pub enum PreflightError {
 
 /// What `kubelet-rs check --help` prints.
 pub const USAGE: &str = "\
-Usage: kubelet-rs check [-o text|json] [kubelet flags...]
+Usage: kubelet-rs check [-o text|json] [--ignore-preflight-errors=KIND,...] [kubelet flags...]
 
 Checks offline what a kubelet start with these flags would use: the flags,
 the --config file, static pod manifests, the CRI endpoint and its cgroup
 driver, swap, kubeconfigs and certificates, and the ports it would bind.
 Prints one finding per line (or one JSON document with -o json) and exits 1
 when any finding is an error, 0 otherwise. Starts and changes nothing.
+
+--ignore-preflight-errors turns the errors of the named kinds into warnings
+(as kubeadm's flag of that name), e.g. =port while the kubelet being replaced
+still holds its ports; kinds: flag, config, manifest, runtime, cgroup-driver,
+swap, kubeconfig, certificate, port, or all.
 ";
 
 /// Whether `check`'s arguments ask for [`USAGE`] (`-h`, `--help`).
@@ -56,36 +66,6 @@ pub fn wants_help(args: &[OsString]) -> bool {
 /// How long the CRI endpoint may take to answer (kubeadm's `CRICheck` waits
 /// as long as crictl's default timeout).
 pub const RUNTIME_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Splits `check`'s own `-o`/`--output` from the kubelet flags. `args` are
-/// what follows `check` on the command line.
-pub fn split_args(args: &[OsString]) -> Result<(OutputFormat, Vec<OsString>), PreflightError> {
-    let mut format = OutputFormat::Text;
-    let mut rest = Vec::with_capacity(args.len());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy();
-        let value = match s.as_ref() {
-            "-o" | "--output" => Some(
-                it.next()
-                    .ok_or(PreflightError::MissingOutputFormat)?
-                    .to_string_lossy()
-                    .into_owned(),
-            ),
-            _ => s
-                .strip_prefix("-o=")
-                .or_else(|| s.strip_prefix("--output="))
-                .map(str::to_owned),
-        };
-        match value.as_deref() {
-            None => rest.push(a.clone()),
-            Some("text") => format = OutputFormat::Text,
-            Some("json") => format = OutputFormat::Json,
-            Some(other) => return Err(PreflightError::OutputFormat(other.to_owned())),
-        }
-    }
-    Ok((format, rest))
-}
 
 /// Runs every check on the kubelet flags `flags` (without the program name).
 /// The file checks run first on this thread; the CRI check runs on a
@@ -103,36 +83,4 @@ pub fn check(flags: &[OsString]) -> Result<Report, PreflightError> {
         .build()?;
     rt.block_on(runtime::check(&cfg, &mut report));
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn os(v: &[&str]) -> Vec<OsString> {
-        v.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn output_flag_in_every_spelling_is_taken_out_of_the_kubelet_flags() {
-        for args in [
-            &["-o", "json", "--max-pods=3"][..],
-            &["--max-pods=3", "--output=json"][..],
-            &["-o=json", "--max-pods=3"][..],
-        ] {
-            let (f, rest) = split_args(&os(args)).expect("parse");
-            assert_eq!(f, OutputFormat::Json);
-            assert_eq!(rest, os(&["--max-pods=3"]));
-        }
-        assert!(matches!(
-            split_args(&os(&["-o", "yaml"])),
-            Err(PreflightError::OutputFormat(_))
-        ));
-        assert!(wants_help(&os(&["--max-pods=3", "--help"])));
-        assert!(!wants_help(&os(&["--max-pods=3"])));
-        assert!(matches!(
-            split_args(&os(&["-o"])),
-            Err(PreflightError::MissingOutputFormat)
-        ));
-    }
 }

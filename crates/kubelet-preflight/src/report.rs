@@ -48,6 +48,17 @@ impl Report {
         self.findings.iter().filter(move |f| f.kind == kind)
     }
 
+    /// Reports the errors of `kinds` as warnings, saying so (kubeadm's
+    /// `--ignore-preflight-errors`).
+    pub fn ignore(&mut self, kinds: &[Kind]) {
+        for f in &mut self.findings {
+            if f.severity == Severity::Error && kinds.contains(&f.kind) {
+                f.severity = Severity::Warning;
+                f.message.push_str(" (ignored: --ignore-preflight-errors)");
+            }
+        }
+    }
+
     /// 0 when no finding is an error, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         u8::from(self.count(Severity::Error) > 0)
@@ -98,6 +109,13 @@ mod tests {
             "error[config] /etc/k.yaml:12: fooBar: unknown field / second line\nwarning[swap] swap is on\n"
         );
         assert_eq!(r.exit_code(), 1);
+        r.ignore(&[Kind::Config]);
+        assert_eq!(r.exit_code(), 0);
+        assert!(
+            r.findings[0]
+                .message
+                .ends_with("(ignored: --ignore-preflight-errors)")
+        );
     }
 
     #[test]
