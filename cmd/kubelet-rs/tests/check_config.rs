@@ -5,11 +5,12 @@
 //! nobody serves and the ports are free, so no containerd is needed; the
 //! runtime, host and credential findings that also appear are not asserted.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubelet-rs");
 
@@ -23,10 +24,8 @@ fn fixture(kind: &str, name: &str) -> PathBuf {
         .join(name)
 }
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
-    l.local_addr().expect("addr").port()
-}
+// Ports from lane 1's range, which the other lane's `:0` binds never take.
+use common::free_port;
 
 /// Flags that keep the other checks out of the way: a tempdir root, a
 /// socket nobody serves, free loopback ports, swap allowed.

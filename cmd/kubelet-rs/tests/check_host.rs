@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_kubelet-rs");
 const CONTAINERD: &str = "unix:///run/containerd/containerd.sock";
 
@@ -20,11 +22,8 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/check/kubeconfig")
 }
 
-/// A loopback port free right now (bound to 0 and released).
-fn free_port() -> u16 {
-    let l = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
-    l.local_addr().expect("addr").port()
-}
+// Ports from lane 1's range, which the other lane's `:0` binds never take.
+use common::free_port;
 
 /// Flags for a start that touches nothing of the machine's kubelet: its own
 /// root and cert dirs, loopback ports of its own, the real containerd.
