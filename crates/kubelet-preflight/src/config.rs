@@ -17,7 +17,7 @@ use kubelet_config::{
 };
 use serde_json::Value;
 
-use crate::finding::{Finding, Kind};
+use crate::finding::{Finding, Kind, error_line};
 use crate::report::Report;
 
 pub(crate) use lines::{Step, locate};
@@ -151,16 +151,6 @@ fn flag_findings(flags: &Flags, argv: &Argv, report: &mut Report) {
             );
         }
     }
-}
-
-/// The line of a decoder error (`… at line 3 column 7`), if it names one.
-fn error_line(message: &str) -> Option<u32> {
-    let at = message.find("line ")?;
-    let digits: String = message[at + 5..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok().filter(|l| *l > 0)
 }
 
 /// Reads and decodes the config file; reports why a start would refuse it.

@@ -140,6 +140,18 @@ impl Finding {
     }
 }
 
+/// The 1-based line a decoder's error message names (`… at line 3 column
+/// 7`), if it names one: the YAML decoders of the config file, manifests and
+/// kubeconfigs all say it this way.
+pub(crate) fn error_line(message: &str) -> Option<u32> {
+    let at = message.find("line ")?;
+    let digits: String = message[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|l| *l > 0)
+}
+
 /// One line: `error[config] /etc/kubelet.yaml:12: evictionHard.memory.available: message`.
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

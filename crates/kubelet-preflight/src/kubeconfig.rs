@@ -19,7 +19,7 @@ use kube::config::{AuthInfo, Kubeconfig};
 use kubelet_config::KubeletConfig;
 use secrecy::ExposeSecret;
 
-use crate::finding::{Finding, Kind, Severity};
+use crate::finding::{Finding, Kind, Severity, error_line};
 use crate::report::Report;
 use cert::{Renewal, Subject};
 
@@ -114,13 +114,6 @@ struct Ctx<'a> {
     rotate: bool,
     /// The bootstrap kubeconfig, which replaces an expired client certificate.
     bootstrap: Option<&'a Path>,
-}
-
-/// The line of a YAML error message (`… at line 3 column 5`), if it says.
-fn error_line(message: &str) -> Option<u32> {
-    let rest = &message[message.find("line ")? + 5..];
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
 }
 
 /// Checks one kubeconfig file; true when a start could use it as it is.

@@ -11,7 +11,7 @@ use kubelet_podconfig::file::{ManifestPathError, manifest_files};
 use kubelet_podconfig::validation::{FieldError, Seg};
 
 use crate::config::{Step, locate};
-use crate::finding::{Finding, Kind};
+use crate::finding::{Finding, Kind, error_line};
 use crate::report::Report;
 
 fn steps(e: &FieldError) -> Vec<Step> {
@@ -23,16 +23,6 @@ fn steps(e: &FieldError) -> Vec<Step> {
             Seg::Index(i) => Step::Index(*i),
         })
         .collect()
-}
-
-/// The line a decoder message names (`… at line 3 column 7`).
-fn error_line(message: &str) -> Option<u32> {
-    let at = message.find("line ")?;
-    let digits: String = message[at + 5..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok().filter(|l| *l > 0)
 }
 
 fn check_file(file: &Path, node: &str, report: &mut Report) {
