@@ -83,9 +83,11 @@ wait $follow
 rc119=$(cat "$log119.rc" 2>/dev/null || echo "no exit status")
 sed 's/^/[1.19] /' "$log119" >>/tmp/kubelet-rs-test.log
 echo "== the memory-pressure eviction spec, alone: 1.35 then 1.19"
+# --workspace, as the build above: with -p the integration crate's
+# dependencies resolve other features and everything is built (and stored) again.
 rcmem=0
 for profile in 1.35 1.19; do
-  KUBELET_RS_APISERVER_PROFILE=$profile cargo test --locked -p kubelet-rs-integration \
+  KUBELET_RS_APISERVER_PROFILE=$profile cargo test --locked --workspace \
     --test eviction -- --exact "$serial" 2>&1 | tee -a /tmp/kubelet-rs-test.log
   [ "${PIPESTATUS[0]}" -eq 0 ] || rcmem=1
 done
