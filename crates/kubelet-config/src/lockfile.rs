@@ -10,16 +10,17 @@
 //! second, blocked in `flock`, gets the lock and starts. This is how a
 //! bootstrap kubelet hands a node over to its successor.
 //!
-//! The blocking `flock` runs on tokio's blocking pool; the inotify watch runs
-//! on notify's own thread and reports through a channel.
+//! The blocking `flock` runs on tokio's blocking pool. The watch asks the
+//! kernel for exactly upstream's two events, `IN_OPEN` and `IN_DELETE_SELF`,
+//! and acts on both; the kubelet never opens its lock file again after
+//! taking it, so nothing of its own wakes the watch.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use notify::event::{AccessKind, EventKind};
-use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::oneshot;
+use futures::StreamExt;
+use inotify::{EventMask, EventStream, Inotify, WatchMask};
 
 /// Errors taking or watching the lock file.
 #[derive(Debug, thiserror::Error)]
@@ -47,9 +48,9 @@ pub enum LockError {
     Watch {
         /// Lock file.
         path: PathBuf,
-        /// Watcher error.
+        /// inotify error.
         #[source]
-        source: notify::Error,
+        source: std::io::Error,
     },
     /// The blocking task that takes the lock did not finish.
     #[error("lock file task failed: {0}")]
@@ -97,63 +98,50 @@ impl LockFile {
     }
 
     /// Starts watching the lock file for another process opening (or the file
-    /// being deleted), as upstream's `watchForLockfileContention`.
+    /// being deleted), as upstream's `watchForLockfileContention`. Must be
+    /// called on the tokio runtime.
     pub fn watch_for_contention(&self) -> Result<Contention, LockError> {
-        let (tx, rx) = oneshot::channel();
-        let mut tx = Some(tx);
-        let handler = move |res: notify::Result<Event>| {
-            let hit = match res {
-                Ok(ev) if is_contention(&ev.kind) => {
-                    Some(format!("{:?} on {:?}", ev.kind, ev.paths))
-                }
-                Ok(_) => None,
-                Err(e) => Some(format!("inotify watcher error: {e}")),
-            };
-            if let (Some(what), Some(tx)) = (hit, tx.take()) {
-                let _ = tx.send(what);
-            }
-        };
         let watch = |source| LockError::Watch {
             path: self.path.clone(),
             source,
         };
-        let mut watcher = notify::recommended_watcher(handler).map_err(watch)?;
-        watcher
-            .watch(&self.path, RecursiveMode::NonRecursive)
+        let events = Inotify::init()
+            .and_then(|i| i.into_event_stream(vec![0u8; 1024]))
+            .map_err(watch)?;
+        events
+            .watches()
+            .add(&self.path, WatchMask::OPEN | WatchMask::DELETE_SELF)
             .map_err(watch)?;
         Ok(Contention {
-            rx: Some(rx),
-            _watcher: watcher,
+            events: Some(events),
+            path: self.path.clone(),
         })
     }
-}
-
-/// Upstream watches `IN_OPEN | IN_DELETE_SELF`; notify also reports
-/// attribute changes, writes and closes, which do not count.
-fn is_contention(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Access(AccessKind::Open(_)) | EventKind::Remove(_)
-    )
 }
 
 /// A running watch on the lock file.
 #[derive(Debug)]
 pub struct Contention {
-    rx: Option<oneshot::Receiver<String>>,
-    _watcher: RecommendedWatcher,
+    events: Option<EventStream<Vec<u8>>>,
+    path: PathBuf,
 }
 
 impl Contention {
     /// Resolves with a description of the first contention event (or
-    /// watcher error); after that, or if the watcher stops without one,
+    /// watcher error); after that, or if the watch stops without one,
     /// never resolves again. Cancel-safe.
     pub async fn wait(&mut self) -> String {
-        if let Some(rx) = self.rx.as_mut() {
-            let got = rx.await;
-            self.rx = None;
-            if let Ok(what) = got {
-                return what;
+        if let Some(events) = self.events.as_mut() {
+            // Only IN_OPEN and IN_DELETE_SELF (then IN_IGNORED) are asked for.
+            let what = match events.next().await {
+                Some(Ok(ev)) if ev.mask.contains(EventMask::OPEN) => Some("Open".to_string()),
+                Some(Ok(ev)) => Some(format!("{:?}", ev.mask)),
+                Some(Err(e)) => Some(format!("inotify watcher error: {e}")),
+                None => None,
+            };
+            self.events = None;
+            if let Some(what) = what {
+                return format!("{what} on {:?}", self.path);
             }
         }
         std::future::pending().await
@@ -241,6 +229,23 @@ mod tests {
             .expect("not blocked")
             .expect("lock");
         drop(again);
+    }
+
+    #[tokio::test]
+    async fn a_stat_of_the_lock_file_is_not_contention() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubelet.lock");
+        let held = LockFile::acquire(&path).await.expect("lock");
+        let mut contention = held.watch_for_contention().expect("watch");
+        // What `ls -l` does; upstream's mask (IN_OPEN, IN_DELETE_SELF) has no
+        // event for it. (IN_DELETE_SELF comes only once the held file is
+        // closed, for upstream's kubelet too.)
+        let _ = std::fs::metadata(&path).expect("stat");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), contention.wait())
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ pub enum Error {
     #[error("failed to start plugin fsWatcher, err: {error}")]
     Watch {
         /// Why.
-        error: notify::Error,
+        error: std::io::Error,
     },
 
     /// The plugin's registration socket refused or timed out the

@@ -1,7 +1,7 @@
 //! The plugin manager (upstream `pluginmanager.PluginManager`): the
 //! desired state of the world is the set of sockets in the registry
 //! directory, refreshed on every inotify wake-up (as upstream's fsnotify
-//! watcher) and, as a safety net, every rescan interval (a minute: an idle
+//! watcher; the events that count are in [`crate::watcher`]) and, as a safety net, every rescan interval (a minute: an idle
 //! node does not walk the directory; an inotify queue overflow asks for a
 //! walk at once); each socket's task brings the actual state to it.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -135,23 +135,23 @@ impl PluginManager {
                 });
             }
         }
-        let (wake_tx, mut wake) = mpsc::channel(1);
-        let _watch = watcher::watch(&self.dir, wake_tx)?;
+        let mut fs_watch = watcher::watch(&self.dir)?;
+        let adder = fs_watch.adder();
         info!(path = %self.dir.display(), "Plugin Watcher Start");
 
         let tasks = TaskTracker::new();
         let mut sockets: HashMap<PathBuf, watch::Sender<Desired>> = HashMap::new();
         loop {
-            if let Some(found) = self.scan().await {
+            if let Some(found) = self.scan(&adder).await {
                 self.desired.replace(found.keys().cloned());
                 self.reconcile(&found, &mut sockets, &tasks, &cancel);
             }
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
-                Some(()) = wake.recv() => {
+                () = fs_watch.changed() => {
                     tokio::time::sleep(DEBOUNCE).await;
-                    while wake.try_recv().is_ok() {}
+                    fs_watch.drain();
                 }
                 () = tokio::time::sleep(self.rescan_interval) => {}
             }
@@ -163,9 +163,10 @@ impl PluginManager {
         Ok(())
     }
 
-    async fn scan(&self) -> Option<HashMap<PathBuf, SocketIdentity>> {
+    async fn scan(&self, adder: &watcher::DirAdder) -> Option<HashMap<PathBuf, SocketIdentity>> {
         let dir = self.dir.clone();
-        let walk = tokio::task::spawn_blocking(move || scan::scan(&dir));
+        let adder = adder.clone();
+        let walk = tokio::task::spawn_blocking(move || scan::scan(&dir, |d| adder.add(d)));
         match tokio::time::timeout(SCAN_TIMEOUT, walk).await {
             Ok(Ok(Ok(found))) => Some(found),
             Ok(Ok(Err(error))) => {

@@ -64,14 +64,19 @@ pub fn ensure_dir(dir: &Path) -> Result<(), Error> {
 }
 
 /// Walks `dir` and its subdirectories (never following symbolic links) and
-/// returns every registration socket in it. `Err` only when `dir` itself
-/// cannot be read; an unreadable subdirectory is logged and skipped.
-/// Blocking: call it off the async runtime.
-pub fn scan(dir: &Path) -> std::io::Result<HashMap<PathBuf, SocketIdentity>> {
+/// returns every registration socket in it, calling `entering` with each
+/// directory before listing it (the watch adds it there). `Err` only when
+/// `dir` itself cannot be read; an unreadable subdirectory is logged and
+/// skipped. Blocking: call it off the async runtime.
+pub fn scan(
+    dir: &Path,
+    entering: impl Fn(&Path),
+) -> std::io::Result<HashMap<PathBuf, SocketIdentity>> {
     let mut found = HashMap::new();
     let mut pending = vec![dir.to_path_buf()];
     let mut root = true;
     while let Some(current) = pending.pop() {
+        entering(&current);
         let entries = match std::fs::read_dir(&current) {
             Ok(entries) => entries,
             Err(e) if root => return Err(e),
@@ -123,7 +128,7 @@ mod tests {
         let _d = std::os::unix::net::UnixListener::bind(root.join(".hidden/d.sock")).expect("bind");
         std::fs::write(root.join("e.sock"), b"not a socket").expect("write");
 
-        let found = scan(&root).expect("scan");
+        let found = scan(&root, |_| {}).expect("scan");
         let mut paths: Vec<_> = found.keys().cloned().collect();
         paths.sort();
         assert_eq!(paths, vec![root.join("a.sock"), root.join("sub/b.sock")]);
@@ -134,18 +139,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("p.sock");
         let first = std::os::unix::net::UnixListener::bind(&path).expect("bind");
-        let before = scan(dir.path()).expect("scan")[&path];
-        assert_eq!(scan(dir.path()).expect("scan")[&path], before);
+        let before = scan(dir.path(), |_| {}).expect("scan")[&path];
+        assert_eq!(scan(dir.path(), |_| {}).expect("scan")[&path], before);
         drop(first);
         std::fs::remove_file(&path).expect("rm");
         std::thread::sleep(std::time::Duration::from_millis(10));
         let _second = std::os::unix::net::UnixListener::bind(&path).expect("bind");
-        assert_ne!(scan(dir.path()).expect("scan")[&path], before);
+        assert_ne!(scan(dir.path(), |_| {}).expect("scan")[&path], before);
     }
 
     #[test]
     fn a_missing_root_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert!(scan(&dir.path().join("absent")).is_err());
+        assert!(scan(&dir.path().join("absent"), |_| {}).is_err());
     }
 }

@@ -1,49 +1,112 @@
-//! The inotify half of the plugin watcher (upstream `pluginwatcher.Watcher`'s
-//! fsnotify loop): any change under the registry directory wakes the manager,
-//! which then walks the directory again. `notify` calls back on its own
-//! thread, so the callback only pokes a one-slot tokio channel; a full slot
-//! already means "look again".
+//! The inotify half of the plugin watcher (upstream `pluginwatcher.Watcher`:
+//! fsnotify on the registry directory and, as `traversePluginDir` finds
+//! them, on each of its subdirectories).
+//!
+//! It wakes the manager only on events that can add, remove or replace a
+//! registration socket: `IN_CREATE`, `IN_DELETE`, `IN_MOVED_FROM`,
+//! `IN_MOVED_TO` and `IN_ATTRIB` (a socket's identity includes its change
+//! time) of a name that does not start with `.`, `IN_DELETE_SELF` and
+//! `IN_MOVE_SELF` of a watched directory, and `IN_Q_OVERFLOW` (events were
+//! lost: walk again). It never asks for `IN_OPEN`, `IN_ACCESS`,
+//! `IN_CLOSE_*` or `IN_MODIFY`: the manager walks the tree on every wake-up
+//! and once a minute, and those walks must not wake it (issue 28); sockets
+//! are not written through the file system.
+//!
+//! Subdirectories are watched as the walk enters them ([`DirAdder`], before
+//! each directory is listed), so a socket bound in a new subdirectory right
+//! after it was created is seen by that walk or wakes the next one.
 
 use std::path::Path;
 
-use notify::event::EventKind;
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::mpsc;
-use tracing::warn;
+use futures::{FutureExt, StreamExt};
+use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchMask, Watches};
+use tracing::{debug, warn};
 
 use crate::error::Error;
 
-/// A live inotify watch on the registry directory; dropping it stops it.
+fn mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MOVED_FROM
+        | WatchMask::MOVED_TO
+        | WatchMask::ATTRIB
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+}
+
+/// A live inotify watch on the registry tree; dropping it stops it.
 pub struct DirWatch {
-    _watcher: RecommendedWatcher,
+    stream: EventStream<Vec<u8>>,
 }
 
-/// Watches `dir` and its subdirectories (new ones included) and sends `()`
-/// on `wake` for every change that may add or remove a socket.
-pub fn watch(dir: &Path, wake: mpsc::Sender<()>) -> Result<DirWatch, Error> {
-    let handler = move |res: notify::Result<notify::Event>| match res {
-        // `need_rescan`: the inotify queue overflowed, events were lost.
-        Ok(event) if matters(&event.kind) || event.need_rescan() => {
-            // Full: a wake-up is already pending, which is enough.
-            let _ = wake.try_send(());
+/// Adds a directory of the tree to the watch (blocking; from the walk).
+#[derive(Clone)]
+pub struct DirAdder {
+    watches: Watches,
+}
+
+impl DirAdder {
+    /// Watches `dir` (again: the kernel keeps one watch per directory).
+    pub fn add(&self, dir: &Path) {
+        if let Err(error) = self.watches.clone().add(dir, mask()) {
+            debug!(path = %dir.display(), %error, "Cannot watch plugin directory");
         }
-        Ok(_) => {}
-        Err(error) => {
-            warn!(%error, "FsWatcher received error");
-            let _ = wake.try_send(());
-        }
-    };
-    let mut watcher =
-        notify::recommended_watcher(handler).map_err(|error| Error::Watch { error })?;
-    watcher
-        .watch(dir, RecursiveMode::Recursive)
+    }
+}
+
+/// Watches `dir`; its subdirectories are added by the walk.
+/// Must be called on the tokio runtime.
+pub fn watch(dir: &Path) -> Result<DirWatch, Error> {
+    let stream = Inotify::init()
+        .and_then(|i| i.into_event_stream(vec![0u8; 4096]))
         .map_err(|error| Error::Watch { error })?;
-    Ok(DirWatch { _watcher: watcher })
+    stream
+        .watches()
+        .add(dir, mask())
+        .map_err(|error| Error::Watch { error })?;
+    Ok(DirWatch { stream })
 }
 
-fn matters(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) | EventKind::Any
-    )
+impl DirWatch {
+    /// The handle the walk adds subdirectories with.
+    pub fn adder(&self) -> DirAdder {
+        DirAdder {
+            watches: self.stream.watches(),
+        }
+    }
+
+    /// Resolves at the next event that may add or remove a socket. A broken
+    /// inotify descriptor leaves the manager on its rescan: never resolves again.
+    pub async fn changed(&mut self) {
+        loop {
+            match self.stream.next().await {
+                Some(Ok(ev)) if matters(&ev) => return,
+                Some(Ok(_)) => {}
+                Some(Err(error)) => {
+                    warn!(%error, "FsWatcher received error");
+                    return std::future::pending().await;
+                }
+                None => return std::future::pending().await,
+            }
+        }
+    }
+
+    /// Takes the events already queued (a debounced burst).
+    pub fn drain(&mut self) {
+        while let Some(Some(Ok(_))) = self.stream.next().now_or_never() {}
+    }
+}
+
+fn matters(ev: &EventOwned) -> bool {
+    if ev
+        .mask
+        .intersects(EventMask::Q_OVERFLOW | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
+    {
+        return true;
+    }
+    match &ev.name {
+        Some(name) => !name.as_encoded_bytes().starts_with(b"."),
+        // IN_IGNORED: a watched subdirectory went; its parent's IN_DELETE said so.
+        None => false,
+    }
 }

@@ -1,8 +1,10 @@
 //! Static pods from a directory or file (upstream `pkg/kubelet/config/file.go`,
 //! `file_linux.go`): every `*.yaml`, `*.yml` and `*.json` file (dotfiles
-//! ignored) is one pod. Re-read on inotify events (debounced) and every
-//! `fileCheckFrequency`. A file that cannot be read or parsed is reported with
-//! its name and reason and left out; the other pods are unaffected.
+//! ignored) is one pod. Re-read when the path changes (debounced 50 ms; the
+//! inotify events that count are listed in [`crate::file_watch`], never the
+//! source's own reads) and every `fileCheckFrequency`. A file that cannot be
+//! read or parsed is reported with its name and reason and left out; the
+//! other pods are unaffected.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,12 +13,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::Source;
-use notify::Watcher;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::file_watch::{PathWatch, Retarget, is_manifest_name};
 use super::manifest::parse_pod_document;
 use super::{SourceSender, SourceUpdate};
 
@@ -32,12 +33,7 @@ pub struct FileSource {
 }
 
 fn is_manifest(p: &Path) -> bool {
-    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    !name.starts_with('.')
-        && matches!(
-            p.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
+    p.file_name().is_some_and(is_manifest_name)
 }
 
 /// Why the static pod path yields no files.
@@ -135,11 +131,18 @@ impl FileSource {
         pods
     }
 
-    /// Reads every manifest off the async runtime: a manifest on a slow or
-    /// hung filesystem (or a FIFO) must not stall other tasks.
-    async fn read_pods_blocking(self: &Arc<Self>) -> Vec<Pod> {
+    /// Points the watch where the path is now, then reads every manifest,
+    /// off the async runtime: a manifest on a slow or hung filesystem (or a
+    /// FIFO) must not stall other tasks.
+    async fn read_pods_blocking(self: &Arc<Self>, watch: Option<Retarget>) -> Vec<Pod> {
         let this = self.clone();
-        match tokio::task::spawn_blocking(move || this.read_pods()).await {
+        let read = move || {
+            if let Some(w) = watch {
+                w.ensure();
+            }
+            this.read_pods()
+        };
+        match tokio::task::spawn_blocking(read).await {
             Ok(pods) => pods,
             Err(e) => {
                 warn!(error = %e, "Reading static pod manifests failed");
@@ -148,39 +151,23 @@ impl FileSource {
         }
     }
 
-    /// Sends a snapshot now, on every change in the directory (debounced), and every period, until `stop`.
+    /// Sends a snapshot now, after every change of the path (debounced), and
+    /// every period, until `stop`.
     pub async fn run(self, tx: SourceSender, stop: CancellationToken) {
         let this = Arc::new(self);
-        let changed = Arc::new(Notify::new());
-        let n = changed.clone();
-        // Watch the directory itself, or the file's directory when a single file is configured.
-        let path = this.path.clone();
-        let is_dir = tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir());
-        let watch_dir = if is_dir {
-            path.clone()
-        } else {
-            path.parent().map(Path::to_path_buf).unwrap_or(path)
-        };
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if res.is_ok() {
-                n.notify_one();
-            }
-        })
-        .and_then(|mut w| {
-            w.watch(&watch_dir, notify::RecursiveMode::NonRecursive)
-                .map(|()| w)
-        });
-        let _watcher = match watcher {
+        let mut watch = match PathWatch::new(&this.path) {
             Ok(w) => Some(w),
             Err(e) => {
-                warn!(path = %watch_dir.display(), error = %e, "Cannot watch static pod path; polling only");
+                warn!(path = %this.path.display(), error = %e, "Cannot watch static pod path; polling only");
                 None
             }
         };
-        let mut tick = tokio::time::interval(this.period);
+        let retarget = watch.as_ref().map(PathWatch::retarget);
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + this.period, this.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let pods = this.read_pods_blocking().await;
+            let pods = this.read_pods_blocking(retarget.clone()).await;
             if tx
                 .send(SourceUpdate {
                     source: Source::File,
@@ -194,13 +181,23 @@ impl FileSource {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return,
-                () = changed.notified() => {
+                () = changed(&mut watch) => {
                     // Editors write in several steps; let them finish.
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Some(w) = watch.as_mut() {
+                        w.drain();
+                    }
                 }
                 _ = tick.tick() => {}
             }
         }
+    }
+}
+
+async fn changed(watch: &mut Option<PathWatch>) {
+    match watch {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
     }
 }
 

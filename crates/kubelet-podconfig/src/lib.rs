@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod file;
+mod file_watch;
 pub mod http;
 mod manifest;
 mod storage;

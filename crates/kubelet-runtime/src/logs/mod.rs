@@ -254,34 +254,46 @@ where
     }
 }
 
-/// A watch on the log file and its directory: writes, creates, renames.
+/// A watch on the log file and its directory (upstream `waitLogs`' fsnotify
+/// watch): data written to the file (`IN_MODIFY`), the file renamed or
+/// removed (`IN_MOVE_SELF`, `IN_DELETE_SELF`), and a file created or moved
+/// into the directory (`IN_CREATE`, `IN_MOVED_TO`: the runtime's new file
+/// after a rotation). Opens, reads and closes are never asked for: this
+/// reader's own, another `kubectl logs` or the log rotation's gzip would
+/// otherwise wake it (issue 28).
 struct Watch {
-    _watcher: notify::RecommendedWatcher,
-    rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+    events: inotify::EventStream<Vec<u8>>,
 }
 
 fn watch(path: &Path) -> Option<Watch> {
-    use notify::Watcher;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut w = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-        let _ = tx.send(());
-    })
-    .ok()?;
-    w.watch(path, notify::RecursiveMode::NonRecursive).ok()?;
+    use inotify::WatchMask;
+    let events = inotify::Inotify::init()
+        .and_then(|i| i.into_event_stream(vec![0u8; 1024]))
+        .ok()?;
+    events
+        .watches()
+        .add(
+            path,
+            WatchMask::MODIFY | WatchMask::MOVE_SELF | WatchMask::DELETE_SELF,
+        )
+        .ok()?;
     if let Some(dir) = path.parent() {
-        let _ = w.watch(dir, notify::RecursiveMode::NonRecursive);
+        let _ = events
+            .watches()
+            .add(dir, WatchMask::CREATE | WatchMask::MOVED_TO);
     }
-    Some(Watch { _watcher: w, rx })
+    Some(Watch { events })
 }
 
 async fn next_event(w: &mut Option<Watch>) {
+    use futures::{FutureExt, StreamExt};
     match w {
         Some(w) => {
-            if w.rx.recv().await.is_none() {
+            if w.events.next().await.is_none() {
                 std::future::pending::<()>().await;
             }
             // Coalesce a burst.
-            while w.rx.try_recv().is_ok() {}
+            while let Some(Some(_)) = w.events.next().now_or_never() {}
         }
         None => std::future::pending().await,
     }
