@@ -38,6 +38,9 @@ struct State {
     calls: Vec<&'static str>,
     down: bool,
     network_down: bool,
+    /// What `Status` reports beside the conditions (none: containerd 1.6).
+    runtime_handlers: Vec<pb::RuntimeHandler>,
+    runtime_features: Option<pb::RuntimeFeatures>,
     version: Option<(String, String)>,
     /// Methods answered with `Unimplemented` on every call.
     unimplemented: HashSet<&'static str>,
@@ -125,6 +128,18 @@ impl FakeRuntime {
     /// Every call fails with `Unavailable` while `down` is true.
     pub fn set_down(&self, down: bool) {
         self.state.lock().down = down;
+    }
+
+    /// `Status` reports these runtime handlers and runtime features from now
+    /// on (a runtime of CRI 1.30 or later; by default none, as containerd 1.6).
+    pub fn set_runtime_handlers(
+        &self,
+        handlers: Vec<pb::RuntimeHandler>,
+        features: Option<pb::RuntimeFeatures>,
+    ) {
+        let mut st = self.state.lock();
+        st.runtime_handlers = handlers;
+        st.runtime_features = features;
     }
 
     /// `Status` reports NetworkReady=false (CNI not configured) while set.
@@ -320,7 +335,7 @@ impl RuntimeService for FakeRuntime {
         })
     }
 
-    async fn status(&self) -> Result<pb::RuntimeStatus> {
+    async fn status(&self) -> Result<pb::StatusResponse> {
         self.enter("Status")?;
         let cond = |t: &str| pb::RuntimeCondition {
             r#type: t.into(),
@@ -333,8 +348,14 @@ impl RuntimeService for FakeRuntime {
             network.reason = "NetworkPluginNotReady".into();
             network.message = "cni config uninitialized".into();
         }
-        Ok(pb::RuntimeStatus {
-            conditions: vec![cond("RuntimeReady"), network],
+        let st = self.state.lock();
+        Ok(pb::StatusResponse {
+            status: Some(pb::RuntimeStatus {
+                conditions: vec![cond("RuntimeReady"), network],
+            }),
+            runtime_handlers: st.runtime_handlers.clone(),
+            features: st.runtime_features,
+            ..Default::default()
         })
     }
 

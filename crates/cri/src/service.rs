@@ -12,8 +12,10 @@ use crate::pb;
 pub trait RuntimeService: Send + Sync + 'static {
     /// Runtime name and version (`Version`).
     async fn version(&self) -> Result<pb::VersionResponse>;
-    /// Runtime conditions (`Status`): RuntimeReady, NetworkReady.
-    async fn status(&self) -> Result<pb::RuntimeStatus>;
+    /// The runtime's answer to `Status` (not verbose): its conditions
+    /// (RuntimeReady, NetworkReady), runtime handlers with their features,
+    /// and runtime features (runtimes before CRI 1.30 send neither).
+    async fn status(&self) -> Result<pb::StatusResponse>;
 
     /// Creates and starts a sandbox; returns its ID.
     async fn run_pod_sandbox(

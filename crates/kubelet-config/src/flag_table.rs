@@ -417,7 +417,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
     config("runonce", Bool, "runOnce"),
     ignored("runtime-cgroups", Str).sample("/system.slice/containerd.service"),
     done("runtime-request-timeout", Duration).field("runtimeRequestTimeout"),
-    config("seccomp-default", Bool, "seccompDefault"),
+    config("seccomp-default", Bool, "seccompDefault").acts(),
     removed("seccomp-profile-root", Str, "1.23"),
     config("serialize-image-pulls", Bool, "serializeImagePulls"),
     // Config-file-only upstream, but bootstrap scripts pass them as flags.

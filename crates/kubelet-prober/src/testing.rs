@@ -82,7 +82,7 @@ impl RuntimeService for FakeExec {
     async fn version(&self) -> cri::Result<pb::VersionResponse> {
         Err(unimplemented("Version"))
     }
-    async fn status(&self) -> cri::Result<pb::RuntimeStatus> {
+    async fn status(&self) -> cri::Result<pb::StatusResponse> {
         Err(unimplemented("Status"))
     }
     async fn run_pod_sandbox(&self, _: pb::PodSandboxConfig, _: &str) -> cri::Result<String> {

@@ -94,7 +94,7 @@ pub(crate) fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(pb::LinuxContainerConfig {
             resources: Some(resources(cfg, p, c)),
-            security_context: Some(security_context(p, c, &cfg.root_dir)),
+            security_context: Some(security_context(p, c, &cfg.root_dir, cfg.seccomp_default)),
         }),
     }
 }

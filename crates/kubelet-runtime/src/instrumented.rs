@@ -56,7 +56,7 @@ impl<T: RuntimeService + ?Sized> RuntimeService for Instrumented<T> {
     async fn version(&self) -> Result<pb::VersionResponse> {
         self.op("version", self.inner.version()).await
     }
-    async fn status(&self) -> Result<pb::RuntimeStatus> {
+    async fn status(&self) -> Result<pb::StatusResponse> {
         self.op("status", self.inner.status()).await
     }
     async fn run_pod_sandbox(

@@ -30,6 +30,7 @@ pub mod runtime_helper;
 mod sandbox;
 mod security_context;
 mod termination;
+pub mod userns;
 
 /// Resource quantities; moved to [`kubelet_types::quantity`] and re-exported here.
 pub use kubelet_types::quantity;

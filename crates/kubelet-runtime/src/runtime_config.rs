@@ -42,6 +42,9 @@ pub struct RuntimeConfig {
     pub machine_memory_bytes: i64,
     /// CRI runtime handler for sandboxes ("" = default).
     pub runtime_handler: String,
+    /// `seccompDefault`: a container whose pod sets no seccomp profile runs
+    /// with the runtime's default profile, not unconfined.
+    pub seccomp_default: bool,
     /// Dead instances of a container kept when it is started again
     /// (`--maximum-dead-containers-per-container`, at least 1: the
     /// `lastState` and `kubectl logs --previous` read the newest); container
@@ -70,6 +73,7 @@ impl Default for RuntimeConfig {
             pod_cgroups: None,
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
+            seccomp_default: false,
             max_dead_per_container: 1,
             image_credential_providers: None,
         }

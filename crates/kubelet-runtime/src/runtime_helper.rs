@@ -61,6 +61,16 @@ pub trait RuntimeHelper: Send + Sync + 'static {
     ) -> Result<Option<String>, RuntimeHandlerError> {
         Ok(None)
     }
+
+    /// Whether the runtime `handler` can give a pod a user namespace
+    /// (upstream `HandlerSupportsUserNamespaces`, from the runtime's last
+    /// `Status`). The default answers as a runtime that lists no handlers
+    /// (containerd 1.6).
+    fn handler_supports_user_namespaces(&self, handler: &str) -> Result<bool, RuntimeHandlerError> {
+        Err(RuntimeHandlerError {
+            message: format!("the handler {handler:?} is not known"),
+        })
+    }
 }
 
 /// The pod's RuntimeClass could not be resolved: its sandbox is not

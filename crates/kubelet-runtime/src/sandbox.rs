@@ -412,7 +412,7 @@ pub(crate) fn sandbox_config(
         annotations: labels::sandbox_annotations(p),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent(cfg, p),
-            security_context: Some(sandbox_security_context(p, &cfg.root_dir)),
+            security_context: Some(sandbox_security_context(p)),
             sysctls,
             ..Default::default()
         }),

@@ -3,8 +3,11 @@
 //! `helpers.go` `namespacesForPod` and `fieldSeccompProfile`,
 //! `getAppArmorProfile`, and `security_context_others.go`
 //! `verifyRunAsNonRoot`): the pod's and each container's `securityContext`
-//! turned into CRI sandbox and container security contexts, and the
-//! `runAsNonRoot` check against the image's user.
+//! turned into CRI sandbox and container security contexts (SELinux
+//! options, seccomp with `seccompDefault`, the sandbox always on the
+//! runtime's default seccomp profile), the seccomp check that fails a
+//! container rather than leave it unconfined, and the `runAsNonRoot` check
+//! against the image's user.
 
 use std::path::Path;
 
@@ -168,6 +171,7 @@ pub(crate) fn security_context(
     p: &Pod,
     c: &Container,
     root_dir: &Path,
+    seccomp_default: bool,
 ) -> pb::LinuxContainerSecurityContext {
     let sc = c.security_context.as_ref();
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
@@ -207,15 +211,63 @@ pub(crate) fn security_context(
         masked_paths: masked,
         readonly_paths: readonly,
         seccomp: Some(seccomp(
-            sc.and_then(|s| s.seccomp_profile.as_ref())
-                .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+            container_seccomp_field(p, c),
             annotation(p, &format!("{CONTAINER_SECCOMP_PREFIX}{}", c.name))
                 .or_else(|| annotation(p, POD_SECCOMP)),
             root_dir,
+            seccomp_default,
         )),
         apparmor: apparmor(p, c),
+        selinux_options: selinux_options(
+            sc.and_then(|s| s.se_linux_options.as_ref())
+                .or_else(|| psc.and_then(|s| s.se_linux_options.as_ref())),
+        ),
         ..Default::default()
     }
+}
+
+/// The container's `seccompProfile`, else the pod's.
+fn container_seccomp_field<'a>(
+    p: &'a Pod,
+    c: &'a Container,
+) -> Option<&'a k8s_openapi::api::core::v1::SeccompProfile> {
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or_else(|| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.seccomp_profile.as_ref())
+        })
+}
+
+/// Upstream `fieldSeccompProfile`'s refusal: a `Localhost` profile without
+/// `localhostProfile` fails the container (`CreateContainerConfigError`);
+/// it never runs unconfined instead. The apiserver refuses such pods; a
+/// static pod can still ask.
+pub(crate) fn check_seccomp(p: &Pod, c: &Container) -> Result<(), String> {
+    match container_seccomp_field(p, c) {
+        Some(s)
+            if s.type_ == "Localhost"
+                && s.localhost_profile.as_deref().unwrap_or("").is_empty() =>
+        {
+            Err("localhostProfile must be set if seccompProfile type is Localhost.".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Upstream `convertToRuntimeSELinuxOption`.
+fn selinux_options(
+    o: Option<&k8s_openapi::api::core::v1::SELinuxOptions>,
+) -> Option<pb::SeLinuxOption> {
+    o.map(|o| pb::SeLinuxOption {
+        user: o.user.clone().unwrap_or_default(),
+        role: o.role.clone().unwrap_or_default(),
+        r#type: o.type_.clone().unwrap_or_default(),
+        level: o.level.clone().unwrap_or_default(),
+    })
 }
 
 /// Upstream `apparmor.GetProfile` and `getAppArmorProfile`: the container's
@@ -268,11 +320,10 @@ pub(crate) fn apparmor(p: &Pod, c: &Container) -> Option<pb::SecurityProfile> {
 }
 
 /// The sandbox's security context: the pod's user, groups, namespaces and
-/// seccomp profile; privileged when any container is.
-pub(crate) fn sandbox_security_context(
-    p: &Pod,
-    root_dir: &Path,
-) -> pb::LinuxSandboxSecurityContext {
+/// SELinux options; privileged when any container is; always the runtime's
+/// default seccomp profile (upstream forces it, so that pods may give their
+/// containers a stricter one: kubernetes#84623).
+pub(crate) fn sandbox_security_context(p: &Pod) -> pb::LinuxSandboxSecurityContext {
     let psc = p.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let privileged = pod::containers(p)
         .iter()
@@ -294,11 +345,11 @@ pub(crate) fn sandbox_security_context(
         supplemental_groups: supplemental_groups(psc),
         supplemental_groups_policy: supplemental_groups_policy(psc),
         privileged,
-        seccomp: Some(seccomp(
-            psc.and_then(|s| s.seccomp_profile.as_ref()),
-            annotation(p, POD_SECCOMP),
-            root_dir,
-        )),
+        seccomp: Some(pb::SecurityProfile {
+            profile_type: pb::security_profile::ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        }),
+        selinux_options: selinux_options(psc.and_then(|s| s.se_linux_options.as_ref())),
         ..Default::default()
     }
 }
@@ -370,22 +421,24 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
 /// field first, then the deprecated annotation pods from older clusters and
 /// old manifests carry (`runtime/default`, `docker/default`,
 /// `localhost/<path>`, `unconfined`; upstream stopped reading them in 1.27,
-/// kubelet-rs keeps them for the 1.19+ clusters it joins); Unconfined when
-/// neither is set (upstream's default without `seccompDefault`). A Localhost
-/// profile is the file `<root-dir>/seccomp/<localhostProfile>`.
+/// kubelet-rs keeps them for the 1.19+ clusters it joins); when neither is
+/// set, the runtime's default with `seccompDefault`, else Unconfined, as
+/// upstream. A Localhost profile is the file
+/// `<root-dir>/seccomp/<localhostProfile>`, joined as Go's `filepath.Join`
+/// (an absolute or `..` name stays under the root's parent as upstream's
+/// does). A Localhost profile without a name is refused before
+/// ([`check_seccomp`]); should one get here, the runtime's default applies,
+/// never Unconfined.
 pub(crate) fn seccomp(
     profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
     annotation: Option<&str>,
     root_dir: &Path,
+    seccomp_default: bool,
 ) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
     let localhost = |path: &str| pb::SecurityProfile {
         profile_type: ProfileType::Localhost as i32,
-        localhost_ref: root_dir
-            .join("seccomp")
-            .join(path)
-            .to_string_lossy()
-            .into_owned(),
+        localhost_ref: go_join(&root_dir.join("seccomp"), path),
     };
     let of = |t: ProfileType| pb::SecurityProfile {
         profile_type: t as i32,
@@ -393,16 +446,36 @@ pub(crate) fn seccomp(
     };
     if let Some(p) = profile {
         return match (p.type_.as_str(), p.localhost_profile.as_deref()) {
-            ("RuntimeDefault", _) => of(ProfileType::RuntimeDefault),
-            ("Localhost", Some(path)) => localhost(path),
-            _ => of(ProfileType::Unconfined),
+            ("Unconfined", _) => of(ProfileType::Unconfined),
+            ("Localhost", Some(path)) if !path.is_empty() => localhost(path),
+            _ => of(ProfileType::RuntimeDefault),
         };
     }
     match annotation {
         Some("runtime/default" | "docker/default") => of(ProfileType::RuntimeDefault),
         Some(a) if a.starts_with("localhost/") => localhost(a.trim_start_matches("localhost/")),
+        Some("unconfined") => of(ProfileType::Unconfined),
+        _ if seccomp_default => of(ProfileType::RuntimeDefault),
         _ => of(ProfileType::Unconfined),
     }
+}
+
+/// Go's `filepath.Join(base, name)`: `name`'s components appended to
+/// `base` and the result cleaned lexically (`..` pops, `.` and empty
+/// components go).
+fn go_join(base: &Path, name: &str) -> String {
+    let joined = format!("{}/{name}", base.display());
+    let mut out: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            p => out.push(p),
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 #[cfg(test)]
@@ -424,7 +497,7 @@ mod tests {
         .expect("pod");
         let root = Path::new("/var/lib/kubelet");
         let sc = |i: usize| {
-            security_context(&p, &kubelet_types::pod::containers(&p)[i], root)
+            security_context(&p, &kubelet_types::pod::containers(&p)[i], root, false)
                 .seccomp
                 .expect("seccomp")
         };
@@ -446,7 +519,7 @@ mod tests {
             ProfileType::Unconfined as i32,
             "the field wins"
         );
-        let sandbox = sandbox_security_context(&p, root).seccomp.expect("seccomp");
+        let sandbox = sandbox_security_context(&p).seccomp.expect("seccomp");
         assert_eq!(sandbox.profile_type, ProfileType::RuntimeDefault as i32);
     }
 
@@ -460,11 +533,11 @@ mod tests {
         .expect("pod");
         let c = &pod::containers(&p)[0];
         assert_eq!(
-            security_context(&p, c, Path::new("/var/lib/kubelet")).supplemental_groups,
+            security_context(&p, c, Path::new("/var/lib/kubelet"), false).supplemental_groups,
             vec![1001, 5, 6]
         );
         assert_eq!(
-            sandbox_security_context(&p, Path::new("/var/lib/kubelet")).supplemental_groups,
+            sandbox_security_context(&p).supplemental_groups,
             vec![1001, 5, 6]
         );
     }

@@ -32,6 +32,7 @@ mod pod_start;
 pub mod pod_sync;
 pub mod pod_workers;
 pub mod prober;
+pub mod runtime_features;
 pub mod runtime_state;
 pub mod runtimeclass;
 pub mod status;

@@ -2,7 +2,8 @@
 //! `runtimeState` and `updateRuntimeUp`): when the runtime last answered
 //! ready (the runtime is *down* once that is older than 30 s), whether it and
 //! its network report ready, the runtime's name and version as of the last
-//! check, and named health checks (the PLEG). Node status reads it to set the
+//! check, its handlers and features ([`RuntimeFeatures`]), and named health
+//! checks (the PLEG). Node status reads it to set the
 //! Ready condition; `/healthz` does not, as upstream. The node shutdown
 //! manager's status (upstream `shutdownManager.ShutdownStatus`, which
 //! upstream hands the Ready setter after the runtime's and network's errors)
@@ -17,6 +18,8 @@ use parking_lot::RwLock;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::runtime_features::RuntimeFeatures;
 
 /// How often the runtime's status is checked (upstream: every 5s).
 pub const RUNTIME_CHECK_PERIOD: Duration = Duration::from_secs(5);
@@ -45,6 +48,7 @@ pub struct RuntimeState {
     runtime_error: RwLock<Option<String>>,
     network_error: RwLock<Option<String>>,
     version: RwLock<Option<RuntimeVersion>>,
+    features: Arc<RuntimeFeatures>,
     health_checks: RwLock<Vec<(&'static str, HealthCheck)>>,
     shutdown_status: RwLock<Option<String>>,
     /// Wakes the node status loop when the shutdown status changes
@@ -60,6 +64,7 @@ impl RuntimeState {
             runtime_error: RwLock::new(None),
             network_error: RwLock::new(None),
             version: RwLock::new(None),
+            features: Arc::default(),
             health_checks: RwLock::new(health_checks),
             shutdown_status: RwLock::new(None),
             status_changed: Arc::new(tokio::sync::Notify::new()),
@@ -90,6 +95,11 @@ impl RuntimeState {
     /// node readiness and pod admission).
     pub fn shutdown_status(&self) -> Option<String> {
         self.shutdown_status.read().clone()
+    }
+
+    /// The runtime's handlers and features as of its last ready answer.
+    pub fn features(&self) -> Arc<RuntimeFeatures> {
+        self.features.clone()
     }
 
     /// The runtime's name and version as of the last (re)connect.
@@ -131,7 +141,7 @@ impl RuntimeState {
     /// version are read again, so a runtime restarted or upgraded between two
     /// checks is seen as it now is.
     pub async fn update_runtime_up(&self, runtime: &dyn RuntimeService) {
-        let status = match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.status()).await {
+        let answer = match tokio::time::timeout(RUNTIME_CHECK_TIMEOUT, runtime.status()).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 warn!(error = %e, "Container runtime sanity check failed");
@@ -142,8 +152,13 @@ impl RuntimeState {
                 return;
             }
         };
+        let conditions = answer
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
         let condition = |t: &str| {
-            status.conditions.iter().find(|c| c.r#type == t).map(|c| {
+            conditions.iter().find(|c| c.r#type == t).map(|c| {
                 (
                     c.status,
                     format!("{t}={} reason:{} message:{}", c.status, c.reason, c.message),
@@ -171,6 +186,7 @@ impl RuntimeState {
         // than at its next period (up to `nodeStatusUpdateFrequency` later).
         let was_down = self.runtime_error.read().is_some() || self.is_down();
         self.set_runtime_error(None);
+        self.features.record(&answer);
         *self.last_base_runtime_sync.write() = Some(Instant::now());
         if was_down {
             self.status_changed.notify_one();

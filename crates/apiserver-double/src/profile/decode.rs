@@ -18,13 +18,20 @@ const POD_FIELDS: &[(&str, u32)] = &[
     // EphemeralContainers: alpha (off) until beta in 1.23.
     ("spec.ephemeralContainers", 23),
     ("spec.os", 23),
-    ("spec.hostUsers", 25),
+    // UserNamespacesSupport: alpha (off) from 1.25, beta off in 1.30, on from 1.33.
+    ("spec.hostUsers", 33),
     ("spec.schedulingGates", 26),
     ("spec.resourceClaims", 26),
     ("spec.securityContext.appArmorProfile", 30),
-    ("spec.securityContext.supplementalGroupsPolicy", 31),
-    ("spec.securityContext.seLinuxChangePolicy", 32),
-    ("spec.resources", 32),
+    // SupplementalGroupsPolicy: alpha (off) in 1.31, beta (on) from 1.33.
+    ("spec.securityContext.supplementalGroupsPolicy", 33),
+    // SELinuxChangePolicy: alpha (off) in 1.32, beta (on) from 1.33.
+    ("spec.securityContext.seLinuxChangePolicy", 33),
+    // PodLevelResources: alpha (off) in 1.32 and 1.33, beta (on) from 1.34.
+    ("spec.resources", 34),
+    // RecursiveReadOnlyMounts: alpha (off) in 1.30, beta (on) from 1.31.
+    ("spec.containers[].volumeMounts[].recursiveReadOnly", 31),
+    ("spec.initContainers[].volumeMounts[].recursiveReadOnly", 31),
     ("spec.hostnameOverride", 34),
     // SidecarContainers: the field arrived in 1.28 (alpha), on from 1.29.
     ("spec.initContainers[].restartPolicy", 29),

@@ -235,15 +235,14 @@ impl RuntimeService for RemoteRuntime {
         .await
     }
 
-    async fn status(&self) -> Result<pb::RuntimeStatus> {
+    async fn status(&self) -> Result<pb::StatusResponse> {
         let mut c = self.runtime.clone();
-        let resp = call(
+        call(
             "Status",
             self.timeout,
             c.status(request(pb::StatusRequest { verbose: false }, self.timeout)),
         )
-        .await?;
-        Ok(resp.status.unwrap_or_default())
+        .await
     }
 
     async fn run_pod_sandbox(

@@ -118,6 +118,48 @@ pub fn validate_pod(pod: &Pod) -> ErrorList {
     errs
 }
 
+/// Upstream `validateProcMountType` with the user namespace rule: an
+/// unmasked `/proc` only in a pod's own user namespace.
+fn validate_proc_mounts(spec: &PodSpec, p: &Path, errs: &mut ErrorList) {
+    let lists = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("containers", spec.containers.as_slice()),
+    ];
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            let Some(pm) = c
+                .security_context
+                .as_ref()
+                .and_then(|s| s.proc_mount.as_deref())
+            else {
+                continue;
+            };
+            let path = p
+                .child(list)
+                .index(i)
+                .child("securityContext")
+                .child("procMount");
+            match pm {
+                "Default" => {}
+                "Unmasked" if spec.host_users == Some(false) => {}
+                "Unmasked" => errs.push(FieldError::invalid(
+                    path,
+                    pm,
+                    "`hostUsers` must be false to use `Unmasked`",
+                )),
+                other => errs.push(FieldError::not_supported(
+                    path,
+                    other,
+                    &["Default", "Unmasked"],
+                )),
+            }
+        }
+    }
+}
+
 fn validate_spec(spec: &PodSpec, p: &Path, errs: &mut ErrorList) {
     let volumes = validate_volumes(spec.volumes.as_deref().unwrap_or_default(), p, errs);
     let mut names = HashSet::new();
@@ -140,6 +182,7 @@ fn validate_spec(spec: &PodSpec, p: &Path, errs: &mut ErrorList) {
         &p.child("containers"),
         errs,
     );
+    validate_proc_mounts(spec, p, errs);
     if let Some(rp) = spec.restart_policy.as_deref() {
         let ok = ["Always", "OnFailure", "Never"];
         if !ok.contains(&rp) {

@@ -303,3 +303,30 @@ fn empty_strings_upstream_defaults_and_other_shapes_upstream_accepts() {
     let two = "  volumes:\n  - {name: pd, emptyDir: {}, photonPersistentDisk: {pdID: p1}}\n  containers: [{name: c, image: i}]\n";
     assert_eq!(with_spec(two).len(), 1, "{:?}", with_spec(two));
 }
+
+/// Issue 28: an unmasked `/proc` only in the pod's own user namespace, as
+/// the apiserver refuses it (a static pod has no apiserver to ask).
+#[test]
+fn an_unmasked_proc_needs_host_users_false() {
+    let c = "  containers:\n  - name: c\n    image: i\n    securityContext: {procMount: PM}\n";
+    assert_eq!(
+        with_spec(&c.replace("PM", "Unmasked")),
+        vec![
+            "spec.containers[0].securityContext.procMount: Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`"
+        ]
+    );
+    assert!(
+        with_spec(&format!(
+            "  hostUsers: false\n{}",
+            c.replace("PM", "Unmasked")
+        ))
+        .is_empty()
+    );
+    assert!(with_spec(&c.replace("PM", "Default")).is_empty());
+    assert_eq!(
+        with_spec(&c.replace("PM", "Open")),
+        vec![
+            "spec.containers[0].securityContext.procMount: Unsupported value: \"Open\": supported values: \"Default\", \"Unmasked\""
+        ]
+    );
+}

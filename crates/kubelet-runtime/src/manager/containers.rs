@@ -130,11 +130,15 @@ impl KubeRuntimeManager {
                 return Err(e);
             }
         };
-        // Upstream `verifyRunAsNonRoot` against the image's user.
-        if let Err(e) =
-            crate::security_context::check_non_root(&self.images, p, c, &image_ref).await
-        {
-            let message = e.to_string();
+        // Upstream `verifyRunAsNonRoot` against the image's user, and
+        // `fieldSeccompProfile`'s refusal of a nameless Localhost profile.
+        let checked = match crate::security_context::check_seccomp(p, c) {
+            Ok(()) => crate::security_context::check_non_root(&self.images, p, c, &image_ref)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        if let Err(message) = checked {
             self.set_reason(uid, &c.name, "CreateContainerConfigError", message.clone());
             self.recorder.event(
                 &pod_ref(p, Some(&c.name)),

@@ -54,23 +54,22 @@ impl KubeRuntimeManager {
             })?;
         // Upstream `createPodSandbox`: the RuntimeClass's handler, or the default.
         let handler = match self.helper.get() {
-            Some(h) => h.lookup_runtime_handler(p).await.map_err(|e| {
-                let message = format!("Failed to create pod sandbox: {e}");
-                self.recorder.event(
-                    &pod_ref(p, None),
-                    EventType::Warning,
-                    reason::FAILED_CREATE_POD_SANDBOX,
-                    message.clone(),
-                );
-                Error::Container {
-                    reason: reason::FAILED_CREATE_POD_SANDBOX,
-                    message,
-                    source: None,
-                }
-            })?,
+            Some(h) => h
+                .lookup_runtime_handler(p)
+                .await
+                .map_err(|e| self.sandbox_refused(p, &e))?,
             None => None,
         };
         let handler = handler.unwrap_or_else(|| self.cfg.runtime_handler.clone());
+        // Upstream `NamespacesForPod` while generating the sandbox config.
+        let helper = self.helper.get();
+        crate::userns::check_host_users(p, &handler, |h| match helper {
+            Some(helper) => helper.handler_supports_user_namespaces(h),
+            None => Err(crate::runtime_helper::RuntimeHandlerError {
+                message: "runtime handlers are not set".into(),
+            }),
+        })
+        .map_err(|e| self.sandbox_refused(p, &e))?;
         crate::cgroups::ensure_pod_cgroup(&self.cfg, self.recorder.as_ref(), p).await?;
         info!(attempt = a.attempt, handler = %handler, "Creating pod sandbox");
         let id = self
@@ -89,5 +88,22 @@ impl KubeRuntimeManager {
             })?;
         info!(sandbox.id = %id, "Created pod sandbox");
         Ok(id)
+    }
+
+    /// The sandbox's config could not be made: upstream's Warning event,
+    /// and the pod waits (its containers `ContainerCreating`) and retries.
+    fn sandbox_refused(&self, p: &Pod, e: &dyn std::fmt::Display) -> Error {
+        let message = format!("Failed to create pod sandbox: {e}");
+        self.recorder.event(
+            &pod_ref(p, None),
+            EventType::Warning,
+            reason::FAILED_CREATE_POD_SANDBOX,
+            message.clone(),
+        );
+        Error::Container {
+            reason: reason::FAILED_CREATE_POD_SANDBOX,
+            message,
+            source: None,
+        }
     }
 }

@@ -102,7 +102,12 @@ fn container_fields_and_pod_fallbacks() {
         serde_json::json!({"runAsUser": 2000, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
             "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}),
     );
-    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/var/lib/kubelet"));
+    let sc = security_context(
+        &p,
+        &pod::containers(&p)[0],
+        Path::new("/var/lib/kubelet"),
+        false,
+    );
     assert_eq!(sc.run_as_user.map(|v| v.value), Some(2000));
     assert_eq!(sc.run_as_group.map(|v| v.value), Some(3000));
     assert_eq!(sc.supplemental_groups, vec![4000]);
@@ -120,13 +125,13 @@ fn container_fields_and_pod_fallbacks() {
         serde_json::json!({"allowPrivilegeEscalation": true}),
     ] {
         let p = one(serde_json::json!({}), v);
-        assert!(!security_context(&p, &pod::containers(&p)[0], Path::new("/")).no_new_privs);
+        assert!(!security_context(&p, &pod::containers(&p)[0], Path::new("/"), false).no_new_privs);
     }
     let p = one(
         serde_json::json!({}),
         serde_json::json!({"procMount": "Unmasked"}),
     );
-    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"));
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"), false);
     assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
 }
 
@@ -137,7 +142,7 @@ fn seccomp_container_over_pod_and_localhost_under_root_dir() {
         serde_json::json!({"seccompProfile": {"type": "RuntimeDefault"}}),
         serde_json::json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/audit.json"}}),
     );
-    let sc = security_context(&p, &pod::containers(&p)[0], root);
+    let sc = security_context(&p, &pod::containers(&p)[0], root, false);
     assert_eq!(
         sc.seccomp,
         Some(pb::SecurityProfile {
@@ -145,13 +150,13 @@ fn seccomp_container_over_pod_and_localhost_under_root_dir() {
             localhost_ref: "/var/lib/kubelet/seccomp/profiles/audit.json".into(),
         })
     );
-    let sb = sandbox_security_context(&p, root);
+    let sb = sandbox_security_context(&p);
     assert_eq!(
         sb.seccomp.map(|s| s.profile_type),
         Some(ProfileType::RuntimeDefault as i32)
     );
     let p = one(serde_json::json!({}), serde_json::json!({}));
-    let sc = security_context(&p, &pod::containers(&p)[0], root);
+    let sc = security_context(&p, &pod::containers(&p)[0], root, false);
     assert_eq!(
         sc.seccomp.map(|s| s.profile_type),
         Some(ProfileType::Unconfined as i32)
@@ -205,16 +210,118 @@ fn supplemental_groups_policy_reaches_sandbox_and_container() {
         serde_json::json!({}),
     );
     let strict = pb::SupplementalGroupsPolicy::Strict as i32;
-    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"));
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"), false);
     assert_eq!(sc.supplemental_groups_policy, strict);
     assert_eq!(
-        sandbox_security_context(&p, Path::new("/")).supplemental_groups_policy,
+        sandbox_security_context(&p).supplemental_groups_policy,
         strict
     );
     let p = one(serde_json::json!({}), serde_json::json!({}));
-    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"));
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"), false);
     assert_eq!(
         sc.supplemental_groups_policy,
         pb::SupplementalGroupsPolicy::Merge as i32
+    );
+}
+
+/// Issue 28: the security fields kubelet-rs used to drop.
+#[test]
+fn seccomp_default_applies_only_where_nothing_is_asked() {
+    let root = Path::new("/var/lib/kubelet");
+    let profile = |p: &Pod, default: bool| {
+        security_context(p, &pod::containers(p)[0], root, default)
+            .seccomp
+            .map(|s| s.profile_type)
+    };
+    let none = one(serde_json::json!({}), serde_json::json!({}));
+    assert_eq!(
+        profile(&none, true),
+        Some(ProfileType::RuntimeDefault as i32)
+    );
+    assert_eq!(profile(&none, false), Some(ProfileType::Unconfined as i32));
+    let unconfined = one(
+        serde_json::json!({"seccompProfile": {"type": "Unconfined"}}),
+        serde_json::json!({}),
+    );
+    assert_eq!(
+        profile(&unconfined, true),
+        Some(ProfileType::Unconfined as i32)
+    );
+}
+
+#[test]
+fn a_nameless_localhost_profile_fails_the_container_never_unconfined() {
+    let p = one(
+        serde_json::json!({"seccompProfile": {"type": "Localhost"}}),
+        serde_json::json!({}),
+    );
+    let c = &pod::containers(&p)[0];
+    assert_eq!(
+        check_seccomp(&p, c),
+        Err("localhostProfile must be set if seccompProfile type is Localhost.".into())
+    );
+    // Should it get that far anyway: the runtime's default, not unconfined.
+    assert_eq!(
+        security_context(&p, c, Path::new("/"), false)
+            .seccomp
+            .map(|s| s.profile_type),
+        Some(ProfileType::RuntimeDefault as i32)
+    );
+    let ok = one(
+        serde_json::json!({}),
+        serde_json::json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}}),
+    );
+    assert_eq!(check_seccomp(&ok, &pod::containers(&ok)[0]), Ok(()));
+}
+
+#[test]
+fn localhost_profiles_join_as_go_filepath_join() {
+    let root = Path::new("/var/lib/kubelet");
+    let at = |name: &str| {
+        let p = one(
+            serde_json::json!({}),
+            serde_json::json!({"seccompProfile": {"type": "Localhost", "localhostProfile": name}}),
+        );
+        security_context(&p, &pod::containers(&p)[0], root, false)
+            .seccomp
+            .map(|s| s.localhost_ref)
+            .unwrap_or_default()
+    };
+    assert_eq!(at("/abs/p.json"), "/var/lib/kubelet/seccomp/abs/p.json");
+    assert_eq!(at("./a//b.json"), "/var/lib/kubelet/seccomp/a/b.json");
+    assert_eq!(at("../x.json"), "/var/lib/kubelet/x.json");
+}
+
+#[test]
+fn selinux_options_reach_the_sandbox_and_the_container_which_overrides_the_pod() {
+    let p = one(
+        serde_json::json!({"seLinuxOptions": {"user": "system_u", "role": "system_r", "type": "spc_t", "level": "s0:c1,c2"}}),
+        serde_json::json!({}),
+    );
+    let want = pb::SeLinuxOption {
+        user: "system_u".into(),
+        role: "system_r".into(),
+        r#type: "spc_t".into(),
+        level: "s0:c1,c2".into(),
+    };
+    assert_eq!(
+        sandbox_security_context(&p).selinux_options,
+        Some(want.clone())
+    );
+    assert_eq!(
+        security_context(&p, &pod::containers(&p)[0], Path::new("/"), false).selinux_options,
+        Some(want)
+    );
+    let p = one(
+        serde_json::json!({"seLinuxOptions": {"level": "s0:c1,c2"}}),
+        serde_json::json!({"seLinuxOptions": {"level": "s0:c3,c4"}}),
+    );
+    let sc = security_context(&p, &pod::containers(&p)[0], Path::new("/"), false);
+    assert_eq!(sc.selinux_options.map(|o| o.level), Some("s0:c3,c4".into()));
+    assert_eq!(
+        sandbox_security_context(&p)
+            .selinux_options
+            .map(|o| o.level),
+        Some("s0:c1,c2".into())
     );
 }

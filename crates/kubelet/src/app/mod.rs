@@ -146,6 +146,10 @@ impl App {
             cgroup_root: cfg.cgroup_root.clone(),
             machine_memory_bytes: i64::try_from(machine.memory_bytes).unwrap_or(i64::MAX),
             runtime_handler: String::new(),
+            seccomp_default: matches!(
+                cfg.settings.get("seccompDefault"),
+                Some(kubelet_config::SettingValue::Bool(true))
+            ),
             max_dead_per_container: usize::try_from(
                 cfg.housekeeping.container_gc.max_per_pod_container,
             )

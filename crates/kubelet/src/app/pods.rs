@@ -225,6 +225,7 @@ impl Pipeline<'_> {
                     }
                 }),
                 devices: Some(self.devices.clone()),
+                features: self.runtime_state.features(),
             },
         ));
         let probes = super::probes::probe_manager(
@@ -290,6 +291,7 @@ impl Pipeline<'_> {
                 )
                 .with_pressure(self.pressure)
                 .with_allocator(Arc::new(crate::devices::DeviceAllocator(self.devices)))
+                .with_runtime_features(self.runtime_state.features())
                 .with_shutdown(self.runtime_state.clone()),
             ),
             rejected: Default::default(),

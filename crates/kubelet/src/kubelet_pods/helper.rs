@@ -45,6 +45,9 @@ pub struct KubeletRuntimeHelper {
     pub runtime_classes: Option<crate::runtimeclass::RuntimeClassManager>,
     /// Device plugins' allocations.
     pub devices: Option<kubelet_devicemanager::DeviceManager>,
+    /// What the runtime's handlers can do (user namespaces, recursive
+    /// read-only mounts), from its last ready `Status`.
+    pub features: Arc<crate::runtime_features::RuntimeFeatures>,
 }
 
 /// The device plugins' part of the container's options (upstream
@@ -168,7 +171,16 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect();
         let volumes = self.volumes.get_mounted_volumes_for_pod(pod::uid(p));
-        let mut mounts = make_mounts(p, c, &volumes, &env, self.volumes.pods_dir())
+        // Upstream `runtimeClassSupportsRecursiveReadOnlyMounts`; a class
+        // that cannot be looked up has already failed the sandbox.
+        let handler = self
+            .lookup_runtime_handler(p)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let supports_rro = self.features.handler_supports_recursive_read_only(&handler);
+        let mut mounts = make_mounts(p, c, &volumes, &env, self.volumes.pods_dir(), supports_rro)
             .await
             .map_err(|e| ContainerConfigError { message: e.0 })?;
         // Upstream mounts the managed hosts file once the sandbox has IPs,
@@ -213,6 +225,17 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             .and_then(|s| s.runtime_class_name.as_deref());
         m.lookup_runtime_handler(name)
             .await
+            .map_err(|e| kubelet_runtime::RuntimeHandlerError {
+                message: e.to_string(),
+            })
+    }
+
+    fn handler_supports_user_namespaces(
+        &self,
+        handler: &str,
+    ) -> Result<bool, kubelet_runtime::RuntimeHandlerError> {
+        self.features
+            .handler_supports_user_namespaces(handler)
             .map_err(|e| kubelet_runtime::RuntimeHandlerError {
                 message: e.to_string(),
             })

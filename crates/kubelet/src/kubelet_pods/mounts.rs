@@ -1,7 +1,10 @@
 //! A container's mounts (upstream `kubelet_pods.go` `makeMounts`): each
 //! `volumeMount` resolved against the pod's set-up volumes, with `subPath`
 //! and `subPathExpr` made safe by `kubelet-volume`'s subpath code,
-//! `readOnly` from the mount or the volume, and `mountPropagation`.
+//! `readOnly` from the mount or the volume, `recursiveReadOnly` (upstream
+//! `resolveRecursiveReadOnly`: `Enabled` on a runtime handler without
+//! recursive read-only mounts fails the container, never mounts it merely
+//! read-only), and `mountPropagation`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -37,6 +40,36 @@ fn propagation(m: &VolumeMount, privileged: bool) -> Result<i32, MountError> {
             )));
         }
     })
+}
+
+/// Upstream `resolveRecursiveReadOnly`: whether the mount is made
+/// recursively read-only.
+fn recursive_read_only(m: &VolumeMount, supports_rro: bool) -> Result<bool, String> {
+    let mode = match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    if !m.read_only.unwrap_or(false) {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not read-only",
+            m.name
+        ));
+    }
+    if let Some(prop) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not compatible with propagation {prop:?}",
+            m.name
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(supports_rro),
+        "Enabled" if supports_rro => Ok(true),
+        "Enabled" => Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
+            m.name
+        )),
+        other => Err(format!("unknown RecursiveReadOnly mode {other:?}")),
+    }
 }
 
 /// Upstream `ExpandContainerVolumeMounts`: `$(VAR)` in `subPathExpr` from
@@ -76,6 +109,7 @@ pub async fn make_mounts(
     volumes: &HashMap<String, MountedVolume>,
     env: &HashMap<String, String>,
     pods_dir: &Path,
+    supports_rro: bool,
 ) -> Result<Vec<pb::Mount>, MountError> {
     let privileged = c
         .security_context
@@ -128,10 +162,13 @@ pub async fn make_mounts(
                 ))
             })?;
         }
+        let rro = recursive_read_only(m, supports_rro)
+            .map_err(|e| MountError(format!("failed to resolve recursive read-only mode: {e}")))?;
         out.push(pb::Mount {
             container_path: m.mount_path.clone(),
             host_path: host_path.to_string_lossy().into_owned(),
             readonly: m.read_only.unwrap_or(false) || vol.read_only,
+            recursive_read_only: rro,
             selinux_relabel: false,
             propagation: propagation(m, privileged)?,
             ..Default::default()
@@ -211,7 +248,7 @@ mod tests {
         );
         blk.block = true;
         let vols = HashMap::from([("blk".to_string(), blk.clone())]);
-        let err = make_mounts(&p, &c, &vols, &HashMap::new(), Path::new("/k/pods"))
+        let err = make_mounts(&p, &c, &vols, &HashMap::new(), Path::new("/k/pods"), false)
             .await
             .expect_err("a block volume has no mounter");
         assert_eq!(
@@ -268,7 +305,7 @@ mod tests {
             ("a".to_string(), vol(&dir.path().join("a"), false)),
             ("b".to_string(), vol(&dir.path().join("b"), true)),
         ]);
-        let m = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path())
+        let m = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path(), false)
             .await
             .expect("mounts");
         assert_eq!(m.len(), 2);
@@ -288,7 +325,7 @@ mod tests {
         let mounts = serde_json::json!([{"name": "a", "mountPath": "/a", "mountPropagation": "Bidirectional"}]);
         let vols = HashMap::from([("a".to_string(), vol(dir.path(), false))]);
         let (p, c) = pod(mounts.clone(), false);
-        let err = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path())
+        let err = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path(), false)
             .await
             .expect_err("refused");
         assert_eq!(
@@ -296,7 +333,7 @@ mod tests {
             "Bidirectional mount propagation is available only to privileged containers"
         );
         let (p, c) = pod(mounts, true);
-        let m = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path())
+        let m = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path(), false)
             .await
             .expect("privileged");
         assert_eq!(
@@ -329,7 +366,7 @@ mod tests {
         ];
         for (mounts, want) in cases {
             let (p, c) = pod(mounts, false);
-            let err = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path())
+            let err = make_mounts(&p, &c, &vols, &HashMap::new(), dir.path(), false)
                 .await
                 .expect_err(want);
             assert_eq!(err.0, want);
@@ -348,7 +385,7 @@ mod tests {
         );
         let env = HashMap::from([("POD_NAME".to_string(), "web-1".to_string())]);
         let pods_dir = dir.path().join("pods");
-        let m = make_mounts(&p, &c, &vols, &env, &pods_dir)
+        let m = make_mounts(&p, &c, &vols, &env, &pods_dir, false)
             .await
             .expect("mounts");
         assert_eq!(
@@ -362,5 +399,61 @@ mod tests {
         kubelet_volume::subpath::clean_subpaths(&pods_dir, "u1")
             .await
             .expect("clean");
+    }
+
+    /// Issue 28: `recursiveReadOnly` as upstream's `resolveRecursiveReadOnly`
+    /// (the texts of `test/e2e_node/mount_rro_linux_test.go`); `Enabled` on
+    /// a runtime without support fails the container, never mounts it
+    /// merely read-only.
+    #[tokio::test]
+    async fn recursive_read_only_as_upstream() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let vols = HashMap::from([("mnt".to_string(), vol(dir.path(), false))]);
+        let mounts = |spec: serde_json::Value| pod(serde_json::json!([spec]), false);
+        let run = |p: Pod, c: Container, rro: bool| {
+            let vols = vols.clone();
+            let dir = dir.path().to_path_buf();
+            async move { make_mounts(&p, &c, &vols, &HashMap::new(), &dir, rro).await }
+        };
+        let (p, c) = mounts(serde_json::json!(
+            {"name": "mnt", "mountPath": "/mnt", "readOnly": true, "recursiveReadOnly": "Enabled"}));
+        assert_eq!(
+            run(p.clone(), c.clone(), false)
+                .await
+                .expect_err("refused")
+                .0,
+            "failed to resolve recursive read-only mode: volume \"mnt\" requested recursive read-only mode, but it is not supported by the runtime"
+        );
+        let m = run(p, c, true).await.expect("supported");
+        assert!(m[0].readonly && m[0].recursive_read_only);
+
+        let (p, c) = mounts(serde_json::json!(
+            {"name": "mnt", "mountPath": "/mnt", "readOnly": true, "recursiveReadOnly": "IfPossible"}));
+        let m = run(p.clone(), c.clone(), false).await.expect("falls back");
+        assert!(m[0].readonly && !m[0].recursive_read_only);
+        let m = run(p, c, true).await.expect("supported");
+        assert!(m[0].recursive_read_only);
+
+        let (p, c) = mounts(serde_json::json!(
+            {"name": "mnt", "mountPath": "/mnt", "recursiveReadOnly": "IfPossible"}));
+        assert!(
+            run(p, c, true)
+                .await
+                .expect_err("not read-only")
+                .0
+                .ends_with(
+                    "volume \"mnt\" requested recursive read-only mode, but it is not read-only"
+                )
+        );
+        let (p, c) = mounts(serde_json::json!(
+            {"name": "mnt", "mountPath": "/mnt", "readOnly": true, "recursiveReadOnly": "Enabled",
+             "mountPropagation": "HostToContainer"}));
+        assert!(run(p, c, true).await.expect_err("propagation").0.ends_with(
+            "volume \"mnt\" requested recursive read-only mode, but it is not compatible with propagation \"HostToContainer\""
+        ));
+        let (p, c) = mounts(serde_json::json!(
+            {"name": "mnt", "mountPath": "/mnt", "readOnly": true, "recursiveReadOnly": "Disabled"}));
+        let m = run(p, c, true).await.expect("disabled");
+        assert!(m[0].readonly && !m[0].recursive_read_only);
     }
 }

@@ -1,8 +1,9 @@
 //! Pod admission (upstream `pkg/kubelet/lifecycle`: the admit handlers
 //! `NewMainKubelet` installs, in their order: the eviction manager's
 //! (`kubelet-eviction::Pressure::admit`), the sysctl allowlist, the
-//! predicate handler (`predicate.go`: OS label and field, then
-//! `generalFilter`), AppArmor; and `Kubelet.rejectPod`). Between the
+//! predicate handler (`predicate.go`: OS label and field, the
+//! `SupplementalGroupsPolicy` the runtime must honour, pod-level resources,
+//! then `generalFilter`), AppArmor; and `Kubelet.rejectPod`). Between the
 //! sysctls and the predicates, the container manager's resource allocator
 //! ([`ResourceAllocator`]: device plugins) reserves the pod's devices, and
 //! the predicates see allocatable raised to the devices it holds (upstream
@@ -78,6 +79,9 @@ pub struct PodAdmitter {
     shutdown: Option<Arc<crate::runtime_state::RuntimeState>>,
     /// Device allocation (upstream's resource allocator admit handler).
     allocator: Option<Arc<dyn ResourceAllocator>>,
+    /// The runtime's features (upstream reads them from the Node's
+    /// `status.features`, which the kubelet sets from the same answer).
+    runtime: Option<Arc<crate::runtime_features::RuntimeFeatures>>,
 }
 
 fn apparmor_required(p: &Pod) -> bool {
@@ -125,7 +129,19 @@ impl PodAdmitter {
             pressure: None,
             shutdown: None,
             allocator: None,
+            runtime: None,
         }
+    }
+
+    /// Reads what the runtime can do from `features` (without it, nothing:
+    /// as a runtime that reported no features).
+    #[must_use]
+    pub fn with_runtime_features(
+        mut self,
+        features: Arc<crate::runtime_features::RuntimeFeatures>,
+    ) -> Self {
+        self.runtime = Some(features);
+        self
     }
 
     /// Allocates the pod's devices after the sysctl check and before the
@@ -205,6 +221,25 @@ impl PodAdmitter {
                 "Failed to admit pod as the OS field doesn't match node OS".into(),
             ));
         }
+        if strict_supplemental_groups(p)
+            && !self
+                .runtime
+                .as_ref()
+                .is_some_and(|r| r.supplemental_groups_policy())
+        {
+            return Err((
+                "SupplementalGroupsPolicyNotSupported".into(),
+                "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+            ));
+        }
+        if pod_level_resources_set(p) {
+            return Err((
+                "PodLevelResourcesNotSupported".into(),
+                "PodLevelResources feature gate is disabled: kubelet-rs does not enforce \
+                 pod-level resources (spec.resources) yet"
+                    .into(),
+            ));
+        }
         if let Some(a) = &self.allocator
             && let Some(status) = node.status.as_mut()
         {
@@ -238,6 +273,30 @@ impl PodAdmitter {
             .event(&pod_ref(p, None), EventType::Warning, &r.0, r.1.clone());
         rejected_status(p, r)
     }
+}
+
+/// `securityContext.supplementalGroupsPolicy: Strict` (upstream
+/// `rejectPodAdmissionBasedOnSupplementalGroupsPolicy`): the runtime must
+/// leave out the groups of the image's `/etc/group`, or the pod must not run.
+fn strict_supplemental_groups(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.supplemental_groups_policy.as_deref())
+        == Some("Strict")
+}
+
+/// Upstream `IsPodLevelResourcesSet`: `spec.resources` requests or limits
+/// of a resource pod-level resources cover (CPU, memory, hugepages).
+fn pod_level_resources_set(p: &Pod) -> bool {
+    let Some(r) = p.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
+        return false;
+    };
+    r.requests
+        .iter()
+        .chain(r.limits.iter())
+        .flat_map(|m| m.keys())
+        .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
 }
 
 /// Whether the pod object itself reports `Succeeded` or `Failed`.

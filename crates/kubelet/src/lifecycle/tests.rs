@@ -380,3 +380,43 @@ fn finished_pods_are_not_admitted_again_nor_counted() {
     running.status = None;
     assert_eq!(a.admit(&one, &[&running]).expect_err("full").0, "OutOfcpu");
 }
+
+/// Issue 28: what the node cannot honour is refused at admission, with
+/// upstream's reasons, never admitted and run without it.
+#[test]
+fn strict_supplemental_groups_and_pod_level_resources_are_refused_where_not_honoured() {
+    let strict = pod(json!({"securityContext": {"supplementalGroupsPolicy": "Strict"}}));
+    let merge = pod(json!({"securityContext": {"supplementalGroupsPolicy": "Merge"}}));
+    // No features reported (containerd 1.6), or none yet.
+    let (a, _) = admitter(node(json!({})), true);
+    assert_eq!(
+        a.admit(&strict, &[]),
+        Err((
+            "SupplementalGroupsPolicyNotSupported".to_string(),
+            "SupplementalGroupsPolicy=Strict is not supported in this node".to_string()
+        ))
+    );
+    assert_eq!(a.admit(&merge, &[]), Ok(()));
+    // A runtime that honours it (CRI `features.supplemental_groups_policy`).
+    let features = Arc::new(crate::runtime_features::RuntimeFeatures::default());
+    features.record(&cri::pb::StatusResponse {
+        features: Some(cri::pb::RuntimeFeatures {
+            supplemental_groups_policy: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let (a, _) = admitter(node(json!({})), true);
+    let a = a.with_runtime_features(features);
+    assert_eq!(a.admit(&strict, &[]), Ok(()));
+
+    let pod_level = pod(json!({"resources": {"limits": {"memory": "64Mi"}}}));
+    let (reason, message) = a.admit(&pod_level, &[]).expect_err("refused");
+    assert_eq!(reason, "PodLevelResourcesNotSupported");
+    assert!(
+        message.starts_with("PodLevelResources feature gate is disabled"),
+        "{message}"
+    );
+    // An empty `resources` sets nothing.
+    assert_eq!(a.admit(&pod(json!({"resources": {}})), &[]), Ok(()));
+}

@@ -179,7 +179,7 @@ impl RuntimeService for Hung {
         self.wait().await;
         self.fake.version().await
     }
-    async fn status(&self) -> cri::Result<cri::pb::RuntimeStatus> {
+    async fn status(&self) -> cri::Result<cri::pb::StatusResponse> {
         self.fake.status().await
     }
     async fn run_pod_sandbox(

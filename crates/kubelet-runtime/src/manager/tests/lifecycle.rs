@@ -53,7 +53,7 @@ impl RuntimeService for Recording {
     async fn version(&self) -> cri::Result<pb::VersionResponse> {
         self.fake.version().await
     }
-    async fn status(&self) -> cri::Result<pb::RuntimeStatus> {
+    async fn status(&self) -> cri::Result<pb::StatusResponse> {
         self.fake.status().await
     }
     async fn run_pod_sandbox(&self, c: pb::PodSandboxConfig, h: &str) -> cri::Result<String> {
