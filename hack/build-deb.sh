@@ -12,7 +12,7 @@
 # staged tree: cargo-deb is not available offline here, and dpkg-deb is what
 # every Debian packaging tool ends with. The version is the workspace's
 # version and the Kubernetes version the binary implements (read from its
-# --version), e.g. 0.1.0+k8s1.33.0-1; the architecture is dpkg's.
+# --version), e.g. 0.1.0+k8s1.35.0-1; the architecture is dpkg's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -55,7 +55,7 @@ crate_version=$(awk '
   in_ws && $1 == "version" { gsub(/"/, "", $3); print $3; exit }' Cargo.toml)
 [ -n "$crate_version" ] || die "no version in Cargo.toml [workspace.package]"
 
-# "Kubernetes v1.33.0+kubelet-rs.0.1.0": the Kubernetes version, and a check
+# "Kubernetes v1.35.0+kubelet-rs.0.1.0": the Kubernetes version, and a check
 # that the binary is this workspace's version (not a stale build).
 version_line=$("$binary" --version) || die "$binary --version failed"
 if [[ ! "$version_line" =~ ^Kubernetes\ v([0-9]+\.[0-9]+\.[0-9]+)\+kubelet-rs\.(.+)$ ]]; then

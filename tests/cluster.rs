@@ -29,6 +29,8 @@ fn container_id(p: &Value) -> String {
 fn normalize(v: &mut Value, node: &str) {
     const VOLATILE: &[&str] = &[
         "uid",
+        // The control plane's version on older ones (asserted on its own).
+        "kubeletVersion",
         "resourceVersion",
         "creationTimestamp",
         "lastHeartbeatTime",
@@ -115,6 +117,12 @@ async fn bootstrap_register_run_report_and_confirm_deletion() -> anyhow::Result<
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Issue 28: never a kubelet newer than its apiserver (the skew policy):
+    // a 1.19 control plane sees a 1.19 kubelet, a 1.35 one kubelet-rs's own
+    // version.
+    let n = j.api.get("nodes", "", &node).expect("node");
+    let want = j.api.profile().git_version();
+    assert_eq!(n["status"]["nodeInfo"]["kubeletVersion"], want, "{n}");
     let csr = j
         .api
         .list("certificatesigningrequests")

@@ -126,7 +126,7 @@ fn main() -> ExitCode {
         return check(&args[2..]);
     }
     let flags = Flags::parse_args(args).unwrap_or_else(|e| e.exit());
-    if flags.version {
+    if flags.version.prints() {
         // kubeadm matches `^Kubernetes v<semver>([-0-9a-zA-Z_.+]*)?$`: our own version rides as build metadata.
         println!(
             "Kubernetes {}+kubelet-rs.{}",

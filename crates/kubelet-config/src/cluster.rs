@@ -41,6 +41,9 @@ pub struct ClusterConfig {
     /// `--cloud-provider=external`: register with the uninitialized taint and
     /// leave addresses a cloud-controller-manager set alone.
     pub external_cloud_provider: bool,
+    /// The version the Node reports (`--version=vX.Y.Z`, else the control
+    /// plane's when older than kubelet-rs's own).
+    pub reported_version: kubelet_types::version::ReportedVersion,
 }
 
 /// Upstream's default hard eviction thresholds (Linux).
@@ -168,6 +171,13 @@ pub fn resolve(flags: &Flags, f: &KubeletConfiguration) -> Result<ClusterConfig,
         eviction_hard,
         port,
         external_cloud_provider: flags.cloud_provider.as_deref() == Some("external"),
+        reported_version: match &flags.version {
+            crate::flags::VersionArg::Report(v) => {
+                kubelet_types::version::ReportedVersion::pinned(v)
+                    .map_err(|e| invalid("version", v.clone(), format!("{e}")))?
+            }
+            _ => kubelet_types::version::ReportedVersion::Auto,
+        },
     })
 }
 

@@ -36,14 +36,39 @@ fn go_f64(v: &str) -> Result<f64, String> {
     }
 }
 
+/// `--version`'s value (component-base `verflag`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum VersionArg {
+    /// Not given, or false.
+    #[default]
+    Off,
+    /// `--version`, `--version=true`, `--version=raw`: print it and exit.
+    Print,
+    /// `--version=vX.Y.Z` ("sets the reported version"): the kubelet runs
+    /// and its Node reports this version (`kubelet_types::version`).
+    Report(String),
+}
+
+impl VersionArg {
+    /// Whether to print the version and exit.
+    pub fn prints(&self) -> bool {
+        *self == Self::Print
+    }
+}
+
 /// verflag: `--version` and `--version=raw` print the version; a bool turns it
-/// on or off; `--version=vX.Y.Z` (which upstream uses to fake the reported
-/// version) does not print.
-fn version_flag(v: &str) -> Result<bool, String> {
+/// on or off; `--version=vX.Y.Z` sets the version the Node reports.
+fn version_flag(v: &str) -> Result<VersionArg, String> {
     match v {
-        "raw" => Ok(true),
-        _ if v.starts_with('v') => Ok(false),
-        _ => parse_go_bool(v),
+        "raw" => Ok(VersionArg::Print),
+        _ if v.starts_with('v') => Ok(VersionArg::Report(v.to_string())),
+        _ => parse_go_bool(v).map(|b| {
+            if b {
+                VersionArg::Print
+            } else {
+                VersionArg::Off
+            }
+        }),
     }
 }
 
@@ -57,9 +82,10 @@ fn version_flag(v: &str) -> Result<bool, String> {
     args_override_self = true
 )]
 pub struct Flags {
-    /// Print the Kubernetes version this kubelet implements (kubeadm parses it) and exit.
+    /// Print the Kubernetes version this kubelet implements (kubeadm parses
+    /// it) and exit; `--version=vX.Y.Z` instead sets the version the Node reports.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = version_flag, action = ArgAction::Set)]
-    pub version: bool,
+    pub version: VersionArg,
 
     /// Path to a KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON).
     #[arg(long, allow_hyphen_values = true)]

@@ -30,7 +30,7 @@ use std::time::Duration;
 pub use cluster::ClusterConfig;
 pub use duration::{GoDuration, parse_go_duration};
 pub use file::{FileError, KubeletConfiguration, Logging};
-pub use flags::{ExtraFlags, Flags, deprecated_in_use, normalize_args};
+pub use flags::{ExtraFlags, Flags, VersionArg, deprecated_in_use, normalize_args};
 pub use settings::{
     FlagWarning, SettingValue, WarningCategory, flag_warnings, from_file, from_flag,
 };

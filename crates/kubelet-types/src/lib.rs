@@ -16,10 +16,10 @@ pub mod pod;
 pub mod pod_update;
 pub mod qos;
 pub mod quantity;
+pub mod version;
 
 pub use enums::{CgroupDriver, PodPhase, ProbeResult};
 pub use error::{Error, Result};
 pub use pod_update::{PodOperation, PodUpdate, Source};
 
-/// The Kubernetes release whose kubelet behaviour and API types kubelet-rs implements.
-pub const KUBERNETES_VERSION: &str = "v1.33.0";
+pub use version::KUBERNETES_VERSION;

@@ -101,7 +101,13 @@ pub struct NodeStatusManager {
     /// The client's connections, all closed on repeated failures (upstream
     /// `OnHeartbeatFailure`).
     pub connections: Option<Arc<kubelet_client::Connections>>,
+    /// The apiserver's version, for the kubelet version the Node reports
+    /// (`cfg.reported_version`).
+    pub discovery: Option<kubelet_client::discovery::Discovery>,
 }
+
+/// How long registration waits for the apiserver's version.
+const SERVER_VERSION_WAIT: Duration = Duration::from_secs(10);
 
 /// Upstream `nodeStatusUpdateRetry`: tries per status interval.
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
@@ -148,12 +154,39 @@ impl NodeStatusManager {
             node_info: Some(setters::node_info(
                 &self.machine,
                 version,
-                kubelet_types::KUBERNETES_VERSION,
+                &self.kubelet_version(),
             )),
             // An empty list is left out, as upstream's `omitempty`
             // (`try_update_node_status` clears a list the server holds).
             volumes_in_use: self.volumes.volumes_in_use().filter(|v| !v.is_empty()),
             ..Default::default()
+        }
+    }
+
+    /// The kubelet version the Node reports: the control plane's when it
+    /// is older than kubelet-rs (the skew policy forbids a kubelet newer than
+    /// its apiserver), unless `--version=vX.Y.Z` pinned one.
+    pub fn kubelet_version(&self) -> String {
+        let server = self
+            .discovery
+            .as_ref()
+            .and_then(kubelet_client::discovery::Discovery::current);
+        self.cfg
+            .reported_version
+            .report(server.as_deref().map(|s| s.git_version.as_str()))
+    }
+
+    /// Waits (a bounded time) for the first read of the apiserver's version,
+    /// so that a new Node is registered with the version it will keep.
+    async fn await_server_version(&self) {
+        let Some(d) = &self.discovery else { return };
+        let mut rx = d.subscribe();
+        let first = rx.wait_for(Option::is_some);
+        if tokio::time::timeout(SERVER_VERSION_WAIT, first)
+            .await
+            .is_err()
+        {
+            warn!(after = ?SERVER_VERSION_WAIT, "The apiserver's version is not known yet; registering with kubelet-rs's own");
         }
     }
 
@@ -247,6 +280,7 @@ impl NodeStatusManager {
 
     /// Registers the node, then keeps its status current until `stop`.
     pub async fn run(self, stop: CancellationToken) {
+        self.await_server_version().await;
         let mut known = LastKnown::default();
         let facts = self.runtime_facts(&mut known).await;
         let devices = self.extended.capacity().await;

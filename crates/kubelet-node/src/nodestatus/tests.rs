@@ -353,6 +353,7 @@ fn manager(
         registered: tx,
         latest: watch::channel(None).0,
         connections: None,
+        discovery: None,
     };
     (m, rx, health)
 }
@@ -523,4 +524,39 @@ async fn a_requested_sync_reports_the_shutdown_before_the_next_tick() {
         )
     );
     stop.cancel();
+}
+
+/// Issue 28: the Node never reports a kubelet newer than its apiserver,
+/// unless the operator pinned a version.
+#[tokio::test]
+async fn the_kubelet_version_follows_an_older_control_plane_unless_pinned() {
+    let c = Cluster::start(Default::default()).await;
+    let client = c.node_client("n1").await;
+    let fake = FakeRuntime::new();
+    let server = |v: &str| kubelet_client::discovery::ServerInfo {
+        git_version: v.into(),
+        major: 1,
+        minor: 19,
+        group_versions: Default::default(),
+    };
+    let (mut m, _, _) = manager(client.clone(), &fake, cfg(), vec![]);
+    assert_eq!(
+        m.kubelet_version(),
+        kubelet_types::KUBERNETES_VERSION,
+        "no apiserver read yet"
+    );
+    m.discovery = Some(kubelet_client::discovery::Discovery::with_info(
+        client.clone(),
+        server("v1.19.16"),
+    ));
+    assert_eq!(m.kubelet_version(), "v1.19.16");
+    let facts = m.runtime_facts(&mut LastKnown::default()).await;
+    let status = m.compute(&[], &facts, &Default::default(), "");
+    assert_eq!(
+        status.node_info.map(|i| i.kubelet_version),
+        Some("v1.19.16".to_string())
+    );
+    m.cfg.reported_version =
+        kubelet_types::version::ReportedVersion::pinned("v1.30.4").expect("pin");
+    assert_eq!(m.kubelet_version(), "v1.30.4");
 }

@@ -115,6 +115,8 @@ pub(super) struct Wiring<'a> {
     pub extended: Arc<dyn kubelet_node::ExtendedResources>,
     /// The attachable volumes in use.
     pub volumes_in_use: Arc<dyn kubelet_node::VolumesInUse>,
+    /// The apiserver's version and groups.
+    pub discovery: Option<kubelet_client::discovery::Discovery>,
 }
 
 impl Cluster {
@@ -156,6 +158,7 @@ impl Cluster {
             registered: w.registered_tx,
             latest: w.latest_node,
             connections: Some(self.connections.clone()),
+            discovery: w.discovery,
         };
         spawn_in(
             tasks,

@@ -294,6 +294,7 @@ impl App {
             });
             d
         });
+        let cluster_discovery = discovery.clone();
         let pipeline = pods::Pipeline {
             cfg,
             manager: self.manager.clone(),
@@ -452,6 +453,7 @@ impl App {
                     pressure: Arc::new(eviction::NodePressure(pressure)),
                     extended: Arc::new(crate::devices::NodeDevices(device_manager)),
                     volumes_in_use: running.volumes_in_use.clone(),
+                    discovery: cluster_discovery,
                 },
                 &tasks,
                 &stop,
