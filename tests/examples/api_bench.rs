@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         read_only_port,
         extra,
         options: Options::default(),
+        config: None,
     })
     .await?;
     let (api, node) = (&cluster.api, cluster.node.clone());

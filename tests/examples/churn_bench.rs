@@ -467,6 +467,7 @@ async fn main() -> anyhow::Result<()> {
         read_only_port: 0,
         extra,
         options,
+        config: None,
     })
     .await?;
     let places = Places {

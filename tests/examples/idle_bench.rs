@@ -1,36 +1,48 @@
-//! Idle and 30-pod footprint benchmark (issue 21, used by hack/bench-idle.sh):
-//! `idle_bench KUBELET_BIN PODS [kubelet flags...]` starts the apiserver
-//! double in this process and the kubelet-rs binary as its own process
-//! (bench_support/cluster.rs), the way an operator's node runs: registered,
-//! renewing its lease, posting status, relisting. It prints one line per
-//! phase, as `key=value`:
+//! Idle and 30-pod footprint benchmark (issues 21 and 28, used by
+//! hack/bench-idle.sh): `idle_bench KUBELET_BIN PODS [kubelet flags...]`
+//! starts the apiserver double in this process and the kubelet-rs binary as
+//! its own process (bench_support/cluster.rs), shaped like a node `kubeadm
+//! join` set up (bench_support/node_shape.rs): kubeadm's config file with an
+//! empty static pod directory and client certificate rotation on, registered,
+//! renewing its lease, posting status, watching its pods, with a CSI driver
+//! and a device plugin registered and the pod-resources socket served. It
+//! prints one line per phase, as `key=value`:
 //!
 //! - `idle`: after `IDLE_BENCH_SETTLE` seconds (default 60) with no pods, the
-//!   kubelet's CPU seconds in each of `IDLE_BENCH_WINDOWS` windows (default 3)
-//!   of 30 s, then VmRSS and RssAnon;
+//!   kubelet's CPU seconds and wake-ups (context switches of all its
+//!   threads) in each of `IDLE_BENCH_WINDOWS` windows (default 3) of 30 s,
+//!   then its system calls in one more 30 s window under `strace -c -f` (the
+//!   total and the ten most frequent kinds), then VmRSS and RssAnon;
 //! - `pods`: PODS plain pods (a sleeping busybox) created one after another
-//!   and awaited Running and Ready, then the same settle and windows, and the
+//!   and awaited Running and Ready, then the same measurements, and the
 //!   milliseconds from the first create until all were Ready;
-//! - `gone`: the pods deleted and awaited gone from the API, then VmRSS and
-//!   RssAnon 30 s later and again after `IDLE_BENCH_AFTER` seconds (default
-//!   360: `app::allocator` trims after removals settle).
+//! - `gone`: the pods deleted and awaited gone from the API, then the same
+//!   measurements, and VmRSS and RssAnon 30 s after they were gone and again
+//!   after `IDLE_BENCH_AFTER` seconds (default 360: `app::allocator` trims
+//!   after removals settle).
 //!
 //! `IDLE_BENCH_HOLD=S` keeps the idle kubelet running S seconds after the
 //! idle line (its pid printed), to profile it with `perf record -p`.
+//! `IDLE_BENCH_STRACE=0` skips the strace windows.
 
 // Not every helper of the shared bench support is used here.
 #[allow(dead_code)]
 #[path = "bench_support/cluster.rs"]
 mod cluster;
+#[path = "bench_support/node_shape.rs"]
+mod node_shape;
+#[path = "bench_support/proc_stats.rs"]
+mod proc_stats;
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use apiserver_double::Options;
 use cluster::{Cluster, Start};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use proc_stats::{context_switches, cpu_secs, memory_kib, syscalls};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -47,33 +59,8 @@ fn env_secs(name: &str, default: u64) -> Duration {
     )
 }
 
-/// utime + stime in seconds (USER_HZ is 100 on Linux).
-fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit(')').next().context("stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks =
-        f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?;
-    Ok(ticks as f64 / 100.0)
-}
-
-/// (VmRSS, RssAnon) in KiB.
-fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> anyhow::Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .with_context(|| name.to_string())?
-            .parse()
-            .map_err(Into::into)
-    };
-    Ok((field("VmRSS:")?, field("RssAnon:")?))
-}
-
-/// Settles, then CPU seconds per 30 s window, then memory; `extra` goes at
-/// the end of the line.
+/// Settles, then CPU seconds and wake-ups per 30 s window, system calls in
+/// one more window, then memory; `extra` goes at the end of the line.
 async fn measure(phase: &str, pid: u32, extra: &str) -> anyhow::Result<()> {
     tokio::time::sleep(env_secs("IDLE_BENCH_SETTLE", 60)).await;
     let windows = std::env::var("IDLE_BENCH_WINDOWS")
@@ -81,15 +68,29 @@ async fn measure(phase: &str, pid: u32, extra: &str) -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let mut cpu = Vec::new();
+    let mut wakeups = Vec::new();
     for _ in 0..windows {
-        let t0 = cpu_secs(pid)?;
+        let (t0, w0) = (cpu_secs(pid)?, context_switches(pid)?);
         tokio::time::sleep(WINDOW).await;
         cpu.push(format!("{:.2}", cpu_secs(pid)? - t0));
+        wakeups.push(context_switches(pid)?.saturating_sub(w0).to_string());
     }
+    let calls = if std::env::var("IDLE_BENCH_STRACE").as_deref() == Ok("0") {
+        String::new()
+    } else {
+        let (total, kinds) = syscalls(pid, WINDOW).await?;
+        let top: Vec<String> = kinds
+            .iter()
+            .take(10)
+            .map(|(k, n)| format!("{k}:{n}"))
+            .collect();
+        format!(" syscalls_per_30s={total} syscalls_top={}", top.join(","))
+    };
     let (rss, anon) = memory_kib(pid)?;
     println!(
-        "{phase} cpu_s_per_30s={} rss_kib={rss} rss_anon_kib={anon}{extra}",
-        cpu.join(",")
+        "{phase} cpu_s_per_30s={} wakeups_per_30s={}{calls} rss_kib={rss} rss_anon_kib={anon}{extra}",
+        cpu.join(","),
+        wakeups.join(",")
     );
     Ok(())
 }
@@ -149,12 +150,14 @@ async fn run(cluster: &Cluster, n: usize) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (rss30, anon30) = memory_kib(pid)?;
-    tokio::time::sleep(env_secs("IDLE_BENCH_AFTER", 360)).await;
-    let (rss, anon) = memory_kib(pid)?;
-    println!(
-        "gone rss_kib_30s={rss30} rss_anon_kib_30s={anon30} rss_kib={rss} rss_anon_kib={anon}"
-    );
-    Ok(())
+    let settled = env_secs("IDLE_BENCH_AFTER", 360).saturating_sub(Duration::from_secs(30));
+    tokio::time::sleep(settled).await;
+    measure(
+        "gone",
+        pid,
+        &format!(" rss_kib_30s={rss30} rss_anon_kib_30s={anon30}"),
+    )
+    .await
 }
 
 #[tokio::main]
@@ -171,9 +174,14 @@ async fn main() -> anyhow::Result<()> {
         read_only_port: 0,
         extra: &args[3..],
         options: Options::default(),
+        config: Some(&node_shape::kubeadm_config),
     })
     .await?;
-    let result = run(&cluster, n).await;
+    let plugins = node_shape::register_plugins(&cluster.root_dir(), &cluster.node).await;
+    let result = match plugins {
+        Ok(_plugins) => run(&cluster, n).await,
+        Err(e) => Err(e),
+    };
     cluster.cleanup(LANE1_ENDPOINT).await?;
     result
 }

@@ -313,13 +313,24 @@ pub fn resolve_settings(
         if let Some(v) = given(flags, f)? {
             out.insert(field, v);
         } else if let Some(json) = file_value(file, field)
-            && let Some(v) =
-                from_file(f.value, json).map_err(|e| invalid(field, json.to_string(), e))?
+            && let Some(v) = from_file(f.value, &time_or_meta_duration(field, json))
+                .map_err(|e| invalid(field, json.to_string(), e))?
         {
             out.insert(field, v);
         }
     }
     Ok(out)
+}
+
+/// component-base's `TimeOrMetaDuration` (`logging.flushFrequency`): a
+/// duration string, or a number of nanoseconds, which is what kubeadm
+/// writes (`flushFrequency: 0`). Other durations are strings only, as
+/// `metav1.Duration`.
+fn time_or_meta_duration(field: &str, json: &Value) -> Value {
+    match json.as_i64() {
+        Some(ns) if field == "logging.flushFrequency" => Value::String(format!("{ns}ns")),
+        _ => json.clone(),
+    }
 }
 
 /// Command-line-only flags kubelet-rs ignores (not implemented or removed
@@ -424,6 +435,25 @@ mod tests {
             ])
         );
         assert_eq!(s["imageGCHighThresholdPercent"], SettingValue::Int(80));
+    }
+
+    /// kubeadm writes `logging: {flushFrequency: 0}`: nanoseconds, as
+    /// component-base's `TimeOrMetaDuration` accepts (issue 28's idle bench
+    /// found kubelet-rs refusing kubeadm's config file).
+    #[test]
+    fn flush_frequency_may_be_nanoseconds() {
+        let resolve = |text: &str| {
+            let (file, _) = KubeletConfiguration::parse(&format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}"
+            ))
+            .expect("parse");
+            resolve_settings(&Flags::default(), &file)
+        };
+        let s = resolve("logging: {flushFrequency: 0}").expect("kubeadm's value");
+        assert!(!s.contains_key("logging.flushFrequency"), "0 is unset");
+        let s = resolve("logging: {flushFrequency: 5000000000}").expect("5 s");
+        assert_eq!(s["logging.flushFrequency"].to_string(), "5s");
+        assert!(resolve("volumeStatsAggPeriod: 60").is_err(), "metav1.Duration is a string");
     }
 
     #[test]

@@ -37,7 +37,14 @@ pub struct Start<'a> {
     pub extra: &'a [String],
     /// Options of the apiserver double.
     pub options: Options,
+    /// More flags, made once the double runs (e.g. a `--config` file that
+    /// names its CA), given the work directory.
+    pub config: Option<&'a ConfigFn>,
 }
+
+/// Writes files naming the running double into the work directory and
+/// returns the flags that point the kubelet at them.
+pub type ConfigFn = dyn Fn(&ApiServer, &std::path::Path) -> anyhow::Result<Vec<String>>;
 
 impl Cluster {
     /// Starts the double and the kubelet and waits (60 s at most) until the
@@ -56,6 +63,10 @@ impl Cluster {
             rand::random::<u32>() & 0xff_ffff
         );
         let log = std::fs::File::create(work.path().join("kubelet.log"))?;
+        let config = match s.config {
+            Some(f) => f(&api, work.path())?,
+            None => vec![],
+        };
         let kubelet = tokio::process::Command::new(s.bin)
             .arg(format!(
                 "--kubeconfig={}",
@@ -68,6 +79,7 @@ impl Cluster {
             .arg("--healthz-port=0")
             .arg("--address=127.0.0.1")
             .arg(format!("--read-only-port={}", s.read_only_port))
+            .args(config)
             .args(s.extra)
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -87,7 +99,12 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         while c.api.get("nodes", "", &c.node).is_none() {
             if Instant::now() > deadline {
-                bail!("node did not register; see {}", c.log().display());
+                let log = std::fs::read_to_string(c.log()).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                bail!(
+                    "node did not register; the kubelet's log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

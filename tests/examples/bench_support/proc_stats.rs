@@ -1,0 +1,92 @@
+//! What a process costs, read from `/proc` and strace: CPU seconds, resident
+//! memory, wake-ups (context switches of all its threads: each is a thread
+//! that blocked, or was preempted, and ran again) and system calls by kind.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+/// utime + stime in seconds (USER_HZ is 100 on Linux).
+pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit(')').next().context("stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks =
+        f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?;
+    Ok(ticks as f64 / 100.0)
+}
+
+fn status_field(status: &str, name: &str) -> anyhow::Result<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .with_context(|| name.to_string())?
+        .parse()
+        .map_err(Into::into)
+}
+
+/// (VmRSS, RssAnon) in KiB.
+pub fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok((
+        status_field(&status, "VmRSS:")?,
+        status_field(&status, "RssAnon:")?,
+    ))
+}
+
+/// Voluntary and involuntary context switches of every thread so far
+/// (threads that exited since are not counted: read it twice around a
+/// window).
+pub fn context_switches(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            continue;
+        };
+        total += status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0)
+            + status_field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// `strace -c -f` attached for `window`: the total system calls and the
+/// calls per kind, most first.
+pub async fn syscalls(pid: u32, window: Duration) -> anyhow::Result<(u64, Vec<(String, u64)>)> {
+    let out = tempfile::NamedTempFile::new()?;
+    let mut child = tokio::process::Command::new("strace")
+        .args(["-c", "-f", "-q", "-o"])
+        .arg(out.path())
+        .args(["-p", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("strace (apt-get install strace)")?;
+    tokio::time::sleep(window).await;
+    if let Some(id) = child.id() {
+        // SIGINT: strace detaches and writes its summary.
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &id.to_string()])
+            .status();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let text = std::fs::read_to_string(out.path())?;
+    let mut kinds = Vec::new();
+    let mut total = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // % time, seconds, usecs/call, calls, [errors,] syscall
+        let (Some(name), Some(calls)) = (f.last(), f.get(3).and_then(|c| c.parse::<u64>().ok()))
+        else {
+            continue;
+        };
+        if *name == "total" {
+            total = calls;
+        } else if f.len() >= 5 {
+            kinds.push(((*name).to_string(), calls));
+        }
+    }
+    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok((total, kinds))
+}
