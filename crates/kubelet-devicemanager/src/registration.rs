@@ -1,7 +1,11 @@
 //! The `Registration` service on `<root-dir>/device-plugins/kubelet.sock`
 //! (upstream `plugin/v1beta1/server.go`): checks the plugin's version and
 //! resource name, then connects to the plugin before answering, so a
-//! plugin whose `Register` succeeded is already being watched.
+//! plugin whose `Register` succeeded is already being watched. The
+//! `device-plugins` directory itself is not watched: plugins announce
+//! themselves through `Register` (or the plugin watcher's registry), and a
+//! plugin that goes away ends its `ListAndWatch` stream; nothing the kubelet
+//! reads there can wake it.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
