@@ -232,15 +232,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stat_of_the_lock_file_is_not_contention() {
+    async fn reads_of_its_metadata_are_not_contention() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("kubelet.lock");
         let held = LockFile::acquire(&path).await.expect("lock");
         let mut contention = held.watch_for_contention().expect("watch");
-        // What `ls -l` does; upstream's mask (IN_OPEN, IN_DELETE_SELF) has no
-        // event for it. (IN_DELETE_SELF comes only once the held file is
-        // closed, for upstream's kubelet too.)
+        // `ls -l` and a `chmod`/`touch -m` by an operator: not contention
+        // (`IN_ATTRIB` is outside upstream's mask, IN_OPEN and IN_DELETE_SELF;
+        // the latter comes only once the held file is closed, for upstream's
+        // kubelet too).
         let _ = std::fs::metadata(&path).expect("stat");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .expect("chmod");
         assert!(
             tokio::time::timeout(Duration::from_millis(200), contention.wait())
                 .await

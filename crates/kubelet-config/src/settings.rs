@@ -453,7 +453,10 @@ mod tests {
         assert!(!s.contains_key("logging.flushFrequency"), "0 is unset");
         let s = resolve("logging: {flushFrequency: 5000000000}").expect("5 s");
         assert_eq!(s["logging.flushFrequency"].to_string(), "5s");
-        assert!(resolve("volumeStatsAggPeriod: 60").is_err(), "metav1.Duration is a string");
+        assert!(
+            resolve("volumeStatsAggPeriod: 60").is_err(),
+            "metav1.Duration is a string"
+        );
     }
 
     #[test]

@@ -80,7 +80,14 @@ impl DirWatch {
     pub async fn changed(&mut self) {
         loop {
             match self.stream.next().await {
-                Some(Ok(ev)) if matters(&ev) => return,
+                Some(Ok(ev)) if matters(&ev) => {
+                    if ev.mask.contains(EventMask::MOVE_SELF) {
+                        // The kernel keeps watching a directory moved out
+                        // of the tree; the next walk adds back what is in it.
+                        let _ = self.stream.watches().remove(ev.wd);
+                    }
+                    return;
+                }
                 Some(Ok(_)) => {}
                 Some(Err(error)) => {
                     warn!(%error, "FsWatcher received error");
@@ -93,7 +100,11 @@ impl DirWatch {
 
     /// Takes the events already queued (a debounced burst).
     pub fn drain(&mut self) {
-        while let Some(Some(Ok(_))) = self.stream.next().now_or_never() {}
+        while let Some(Some(Ok(ev))) = self.stream.next().now_or_never() {
+            if ev.mask.contains(EventMask::MOVE_SELF) {
+                let _ = self.stream.watches().remove(ev.wd);
+            }
+        }
     }
 }
 

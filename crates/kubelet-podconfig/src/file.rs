@@ -1,6 +1,7 @@
 //! Static pods from a directory or file (upstream `pkg/kubelet/config/file.go`,
-//! `file_linux.go`): every `*.yaml`, `*.yml` and `*.json` file (dotfiles
-//! ignored) is one pod. Re-read when the path changes (debounced 50 ms; the
+//! `file_linux.go`): every regular file in the directory whose name does not
+//! start with a dot is one pod (upstream's `[^.]*` glob: GCE names them
+//! `*.manifest`); subdirectories are not entered. Re-read when the path changes (debounced 50 ms; the
 //! inotify events that count are listed in [`crate::file_watch`], never the
 //! source's own reads) and every `fileCheckFrequency`. A file that cannot be
 //! read or parsed is reported with its name and reason and left out; the
@@ -51,8 +52,7 @@ pub enum ManifestPathError {
 }
 
 /// The manifest files the source reads from `path`, sorted: the file
-/// itself, or a directory's `*.yaml`, `*.yml` and `*.json` regular files
-/// that are not dotfiles.
+/// itself, or a directory's regular files that are not dotfiles.
 pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestPathError> {
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ManifestPathError::Missing),
@@ -213,7 +213,8 @@ mod tests {
         std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).expect("write");
         std::fs::write(dir.path().join("b.json"), r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"},"spec":{"containers":[{"name":"c","image":"i:1"}]}}"#).expect("write");
         std::fs::write(dir.path().join(".hidden.yaml"), POD.replace("NAME", "h")).expect("write");
-        std::fs::write(dir.path().join("notes.txt"), "hello").expect("write");
+        std::fs::write(dir.path().join("etcd.manifest"), POD.replace("NAME", "e")).expect("write");
+        std::fs::create_dir(dir.path().join("sub.yaml")).expect("a directory is not read");
         std::fs::write(
             dir.path().join("broken.yaml"),
             "apiVersion: v1\nkind: Pod\nspec: [",
@@ -230,7 +231,8 @@ mod tests {
             .filter_map(|p| p.metadata.name.clone())
             .collect();
         names.sort();
-        assert_eq!(names, vec!["a-n", "b-n"]);
+        // Every non-dot regular file, as upstream (GCE's `*.manifest`).
+        assert_eq!(names, vec!["a-n", "b-n", "e-n"]);
         let errors = src.errors().lock().clone();
         assert_eq!(errors.len(), 1);
         let (file, reason) = errors.iter().next().expect("one error");
@@ -238,7 +240,7 @@ mod tests {
         assert!(reason.contains("invalid YAML"), "{reason}");
         // Fixed: the error clears.
         std::fs::write(dir.path().join("broken.yaml"), POD.replace("NAME", "x")).expect("write");
-        assert_eq!(src.read_pods().len(), 3);
+        assert_eq!(src.read_pods().len(), 4);
         assert!(src.errors().lock().is_empty());
     }
 

@@ -4,7 +4,8 @@
 //! It wakes the file source only on events that can change the pods:
 //! `IN_CREATE`, `IN_CLOSE_WRITE` (a write completed), `IN_DELETE`,
 //! `IN_MOVED_FROM`, `IN_MOVED_TO` and `IN_ATTRIB` (a manifest made
-//! unreadable, or readable again) of a manifest name, `IN_DELETE_SELF` and
+//! unreadable, or readable again) of a manifest name (any name not starting
+//! with `.`, as upstream reads every such file), `IN_DELETE_SELF` and
 //! `IN_MOVE_SELF` of the watched directory, and `IN_Q_OVERFLOW` (events
 //! were lost). It never asks the kernel for `IN_OPEN`, `IN_ACCESS` or
 //! `IN_CLOSE_NOWRITE`: the source lists the directory and reads every
@@ -16,8 +17,9 @@
 //! The watch follows the path: the directory itself when it is one; the
 //! parent directory, for that one name, when the path is a single manifest
 //! file or does not exist yet. [`Retarget::ensure`] re-points it before
-//! every read, so a directory created, removed or replaced later is watched
-//! from the next read on.
+//! every read, so a directory created, removed, replaced or moved later (or
+//! a symbolic link to it re-pointed: the watch is kept per inode) is
+//! watched from the next read on.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -28,15 +30,10 @@ use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchDescriptor, Watc
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
-/// True for a name the file source reads: `*.yaml`, `*.yml` or `*.json`,
-/// not a dotfile (editors' swap and backup files start with a dot).
+/// True for a name the file source reads (upstream's `[^.]*` glob): any
+/// name but a dotfile (editors' swap files start with a dot).
 pub fn is_manifest_name(name: &OsStr) -> bool {
-    let name = name.to_string_lossy();
-    !name.starts_with('.')
-        && Path::new(name.as_ref())
-            .extension()
-            .and_then(OsStr::to_str)
-            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+    !name.as_encoded_bytes().starts_with(b".")
 }
 
 /// The events asked for; see the module documentation.
@@ -60,7 +57,9 @@ enum Target {
     Entry(OsString),
 }
 
-type Current = Arc<Mutex<Option<(WatchDescriptor, PathBuf, Target)>>>;
+/// The watch now: its descriptor, the watched directory's (device, inode),
+/// and what it stands for.
+type Current = Arc<Mutex<Option<(WatchDescriptor, (u64, u64), Target)>>>;
 
 /// The async half: waits for events that matter.
 pub struct PathWatch {
@@ -140,6 +139,12 @@ impl PathWatch {
             .mask
             .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
         {
+            if ev.mask.contains(EventMask::MOVE_SELF)
+                && let Some((wd, _, _)) = current.take()
+            {
+                // The kernel keeps watching a moved directory: stop that.
+                let _ = self.stream.watches().remove(wd);
+            }
             *current = None;
             return true;
         }
@@ -155,6 +160,7 @@ impl Retarget {
     /// Points the watch at the directory, or at the parent for the path's
     /// name, whichever the path is now. Blocking: it stats the path.
     pub fn ensure(&self) {
+        use std::os::unix::fs::MetadataExt;
         let (dir, target) = match std::fs::metadata(&self.path) {
             Ok(m) if m.is_dir() => (self.path.clone(), Target::Dir),
             _ => match (self.path.parent(), self.path.file_name()) {
@@ -162,9 +168,14 @@ impl Retarget {
                 _ => return,
             },
         };
+        let Ok(meta) = std::fs::metadata(&dir) else {
+            // No parent either: polled until one appears.
+            return;
+        };
+        let inode = (meta.dev(), meta.ino());
         let mut current = self.current.lock();
-        if let Some((_, d, t)) = current.as_ref()
-            && *d == dir
+        if let Some((_, i, t)) = current.as_ref()
+            && *i == inode
             && *t == target
         {
             return;
@@ -176,7 +187,7 @@ impl Retarget {
         match self.watches.clone().add(&dir, mask()) {
             Ok(wd) => {
                 debug!(path = %dir.display(), ?target, "Watching static pod path");
-                *current = Some((wd, dir, target));
+                *current = Some((wd, inode, target));
             }
             Err(error) => {
                 debug!(path = %dir.display(), %error, "Cannot watch static pod path yet; polling");

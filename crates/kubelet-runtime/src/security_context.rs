@@ -425,8 +425,9 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
 /// set, the runtime's default with `seccompDefault`, else Unconfined, as
 /// upstream. A Localhost profile is the file
 /// `<root-dir>/seccomp/<localhostProfile>`, joined as Go's `filepath.Join`
-/// (an absolute or `..` name stays under the root's parent as upstream's
-/// does). A Localhost profile without a name is refused before
+/// (an absolute name stays under it; `..` climbs out, as upstream's). An
+/// unknown profile type gets the runtime's default (upstream: Unconfined;
+/// the apiserver refuses unknown types, a static pod may not). A Localhost profile without a name is refused before
 /// ([`check_seccomp`]); should one get here, the runtime's default applies,
 /// never Unconfined.
 pub(crate) fn seccomp(
@@ -438,7 +439,7 @@ pub(crate) fn seccomp(
     use pb::security_profile::ProfileType;
     let localhost = |path: &str| pb::SecurityProfile {
         profile_type: ProfileType::Localhost as i32,
-        localhost_ref: go_join(&root_dir.join("seccomp"), path),
+        localhost_ref: kubelet_types::path::join(&root_dir.join("seccomp").to_string_lossy(), path),
     };
     let of = |t: ProfileType| pb::SecurityProfile {
         profile_type: t as i32,
@@ -458,24 +459,6 @@ pub(crate) fn seccomp(
         _ if seccomp_default => of(ProfileType::RuntimeDefault),
         _ => of(ProfileType::Unconfined),
     }
-}
-
-/// Go's `filepath.Join(base, name)`: `name`'s components appended to
-/// `base` and the result cleaned lexically (`..` pops, `.` and empty
-/// components go).
-fn go_join(base: &Path, name: &str) -> String {
-    let joined = format!("{}/{name}", base.display());
-    let mut out: Vec<&str> = Vec::new();
-    for part in joined.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            p => out.push(p),
-        }
-    }
-    format!("/{}", out.join("/"))
 }
 
 #[cfg(test)]

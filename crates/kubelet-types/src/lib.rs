@@ -12,6 +12,7 @@ pub mod events;
 pub mod fieldpath;
 pub mod hash;
 pub mod labels;
+pub mod path;
 pub mod pod;
 pub mod pod_update;
 pub mod qos;

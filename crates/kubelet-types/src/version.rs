@@ -88,7 +88,7 @@ pub enum VersionError {
     #[error("--version={0}: not a version (want vMAJOR.MINOR.PATCH, e.g. v1.30.4)")]
     Syntax(String),
     /// Outside the control planes kubelet-rs serves.
-    #[error("--version={0}: kubelet-rs reports versions from v1.19.0 to {KUBERNETES_VERSION}")]
+    #[error("--version={0}: kubelet-rs reports versions from v1.19.0 to v1.35.x")]
     Range(String),
 }
 
@@ -106,14 +106,27 @@ impl ReportedVersion {
     }
 
     /// The version to report to an apiserver whose `/version` says
-    /// `server_git_version` (`None`: not read yet).
-    pub fn report(&self, server_git_version: Option<&str>) -> String {
+    /// `git_version` and `major`.`minor` (`None`: not read yet). A
+    /// `gitVersion` that is not semver (a vendor's own form) counts as
+    /// `v<major>.<minor>.0`.
+    pub fn report(&self, server: Option<(&str, u32, u32)>) -> String {
         match self {
             Self::Pinned(v) => v.clone(),
-            Self::Auto => match server_git_version.and_then(Semver::parse) {
-                Some(s) if s.minor_version() < own().minor_version() => s.to_string(),
-                _ => KUBERNETES_VERSION.to_string(),
-            },
+            Self::Auto => {
+                let server = server.map(|(git, major, minor)| {
+                    Semver::parse(git)
+                        .filter(|s| s.minor_version() == (major, minor))
+                        .unwrap_or(Semver {
+                            major,
+                            minor,
+                            patch: 0,
+                        })
+                });
+                match server {
+                    Some(s) if s.minor_version() < own().minor_version() => s.to_string(),
+                    _ => KUBERNETES_VERSION.to_string(),
+                }
+            }
         }
     }
 }
@@ -138,17 +151,18 @@ mod tests {
     fn auto_reports_an_older_control_planes_version_and_its_own_otherwise() {
         let auto = ReportedVersion::Auto;
         assert_eq!(auto.report(None), KUBERNETES_VERSION);
-        assert_eq!(auto.report(Some("v1.19.16")), "v1.19.16");
-        assert_eq!(auto.report(Some("v1.34.2-gke.100")), "v1.34.2");
-        assert_eq!(auto.report(Some("v1.35.7")), KUBERNETES_VERSION);
-        assert_eq!(auto.report(Some("v1.36.0")), KUBERNETES_VERSION);
-        assert_eq!(auto.report(Some("garbage")), KUBERNETES_VERSION);
+        assert_eq!(auto.report(Some(("v1.19.16", 1, 19))), "v1.19.16");
+        assert_eq!(auto.report(Some(("v1.34.2-gke.100", 1, 34))), "v1.34.2");
+        assert_eq!(auto.report(Some(("v1.35.7", 1, 35))), KUBERNETES_VERSION);
+        assert_eq!(auto.report(Some(("v1.36.0", 1, 36))), KUBERNETES_VERSION);
+        // A vendor's own gitVersion: never newer than the apiserver.
+        assert_eq!(auto.report(Some(("vendor-1.28", 1, 28))), "v1.28.0");
     }
 
     #[test]
     fn pinned_versions_within_the_served_range() {
         let p = ReportedVersion::pinned("v1.30.4").expect("valid");
-        assert_eq!(p.report(Some("v1.19.16")), "v1.30.4");
+        assert_eq!(p.report(Some(("v1.19.16", 1, 19))), "v1.30.4");
         assert!(matches!(
             ReportedVersion::pinned("v1.18.20"),
             Err(VersionError::Range(_))

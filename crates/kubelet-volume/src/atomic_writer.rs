@@ -320,19 +320,7 @@ pub fn validate_path(target: &str) -> Result<()> {
     Ok(())
 }
 
-/// Go's `path.Clean` for a relative path without `..` elements: empty and
-/// `.` elements dropped, `.` when nothing is left.
-fn clean(p: &str) -> String {
-    let parts: Vec<&str> = p
-        .split('/')
-        .filter(|s| !s.is_empty() && *s != ".")
-        .collect();
-    if parts.is_empty() {
-        ".".into()
-    } else {
-        parts.join("/")
-    }
-}
+use kubelet_types::path::clean;
 
 /// Whether any payload file differs from (or is missing in) the old
 /// timestamped directory (upstream `shouldWritePayload`; modes are not

@@ -249,27 +249,7 @@ fn nested_mountpoints(pod: &Pod, name: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Go's `filepath.Clean`.
-pub(crate) fn clean(p: &str) -> String {
-    let rooted = p.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in p.split('/') {
-        match part {
-            "" | "." => {}
-            ".." if rooted && parts.is_empty() => {}
-            ".." if parts.last().is_some_and(|l| *l != "..") => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    let joined = parts.join("/");
-    match (rooted, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".into(),
-        (false, false) => joined,
-    }
-}
+pub(crate) use kubelet_types::path::clean;
 
 /// Fills the set-up volume directory `dir`: nested mount points, then
 /// `payload` through the atomic writer. On failure a volume set up for the

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kubelet_csi::{CsiHost, Error as CsiError, Result as CsiResult};
+use tokio::sync::watch;
 
 use crate::objects::REQUEST_DEADLINE;
 use crate::objects::token::TokenManager;
@@ -26,16 +27,39 @@ pub struct KubeletCsiHost {
     client: Client,
     node_name: String,
     tokens: TokenManager,
+    /// The Node as registered (`None` inside until the kubelet registered it).
+    registered: Option<watch::Receiver<Option<Node>>>,
 }
 
+/// How long a driver's registration waits for the kubelet to register its
+/// Node before patching it (within the plugin's 2 min registration deadline).
+const NODE_REGISTRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl KubeletCsiHost {
-    /// A host for node `node_name` over `client`, with tokens from `tokens`.
-    pub fn new(client: Client, node_name: String, tokens: TokenManager) -> Self {
+    /// A host for node `node_name` over `client`, with tokens from `tokens`;
+    /// patches of the Node wait until `registered` carries it.
+    pub fn new(
+        client: Client,
+        node_name: String,
+        tokens: TokenManager,
+        registered: Option<watch::Receiver<Option<Node>>>,
+    ) -> Self {
         Self {
             client,
             node_name,
             tokens,
+            registered,
         }
+    }
+
+    /// Waits, for a bounded time, until the kubelet has registered its Node:
+    /// a CSI driver that registers while the kubelet starts would otherwise
+    /// find no Node to label and be refused (upstream retries its Node
+    /// update for about 1.5 s; the node-driver-registrar then restarts).
+    async fn node_registered(&self) {
+        let Some(rx) = &self.registered else { return };
+        let mut rx = rx.clone();
+        let _ = tokio::time::timeout(NODE_REGISTRATION_WAIT, rx.wait_for(Option::is_some)).await;
     }
 }
 
@@ -140,6 +164,7 @@ impl CsiHost for KubeletCsiHost {
         labels: BTreeMap<String, Option<String>>,
         annotations: BTreeMap<String, Option<String>>,
     ) -> CsiResult<()> {
+        self.node_registered().await;
         let api: Api<Node> = Api::all(self.client.clone());
         let patch = serde_json::json!({
             "metadata": {"labels": labels, "annotations": annotations}

@@ -2,7 +2,9 @@
 //! `runtimeHandlers()` and `runtimeFeatures()`, set by `updateRuntimeUp`
 //! from each ready `Status` answer), and the questions upstream asks of it:
 //! `HandlerSupportsUserNamespaces`, `runtimeClassSupportsRecursiveReadOnlyMounts`
-//! and the node's `features.supplementalGroupsPolicy`.
+//! and what upstream publishes as the Node's `features.supplementalGroupsPolicy`.
+//! (kubelet-rs does not publish the Node's `runtimeHandlers` and `features`
+//! yet: they come with containerd 2.x, issue 30; admission reads them here.)
 //!
 //! A runtime older than CRI 1.30 (containerd 1.6 and 1.7) reports no
 //! handlers and no features: then no handler supports user namespaces or
@@ -12,12 +14,15 @@
 
 use cri::pb;
 use parking_lot::RwLock;
+use tokio::sync::watch;
 
 /// The handlers and features of the runtime's last ready `Status`.
 #[derive(Debug, Default)]
 pub struct RuntimeFeatures {
     /// `None` until the runtime has answered ready once.
     reported: RwLock<Option<Reported>>,
+    /// Turns true at the first record.
+    known: watch::Sender<bool>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -47,6 +52,13 @@ impl RuntimeFeatures {
             handlers: status.runtime_handlers.clone(),
             features: status.features,
         });
+        self.known.send_if_modified(|k| !std::mem::replace(k, true));
+    }
+
+    /// Resolves once the runtime has answered ready (at once after that).
+    pub async fn known(&self) {
+        let mut rx = self.known.subscribe();
+        let _ = rx.wait_for(|k| *k).await;
     }
 
     fn handler(&self, name: &str) -> Result<pb::RuntimeHandlerFeatures, HandlerLookupError> {

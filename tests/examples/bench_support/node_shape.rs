@@ -94,9 +94,10 @@ pub struct Plugins {
 /// plugin, and waits until the kubelet has registered both.
 pub async fn register_plugins(root: &Path, node: &str) -> anyhow::Result<Plugins> {
     let data: PathBuf = root.join("idle-csi-data");
-    let csi = CsiDriver::start_in_root(DriverConfig::new("idle.csi.example.com", node, &data), root)
-        .await
-        .context("CSI driver")?;
+    let csi =
+        CsiDriver::start_in_root(DriverConfig::new("idle.csi.example.com", node, &data), root)
+            .await
+            .context("CSI driver")?;
     let status = csi
         .wait_registration(Duration::from_secs(60))
         .await

@@ -87,6 +87,6 @@ pub async fn syscalls(pid: u32, window: Duration) -> anyhow::Result<(u64, Vec<(S
             kinds.push(((*name).to_string(), calls));
         }
     }
-    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
     Ok((total, kinds))
 }

@@ -171,9 +171,11 @@ impl NodeStatusManager {
             .discovery
             .as_ref()
             .and_then(kubelet_client::discovery::Discovery::current);
-        self.cfg
-            .reported_version
-            .report(server.as_deref().map(|s| s.git_version.as_str()))
+        self.cfg.reported_version.report(
+            server
+                .as_deref()
+                .map(|s| (s.git_version.as_str(), s.major, s.minor)),
+        )
     }
 
     /// Waits (a bounded time) for the first read of the apiserver's version,

@@ -66,13 +66,48 @@ async fn creates_completed_writes_removals_renames_and_mode_changes_wake_it() {
 }
 
 #[tokio::test]
-async fn dotfiles_and_other_names_do_not_wake_it() {
+async fn dotfiles_do_not_wake_it_other_names_do() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut w, _r) = watch(dir.path());
     std::fs::write(dir.path().join(".pod.yaml.swp"), "x").expect("write");
-    std::fs::write(dir.path().join("notes.txt"), "x").expect("write");
-    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
     assert!(!wakes(&mut w).await);
+    // Upstream reads every file not starting with a dot (GCE's `*.manifest`).
+    std::fs::write(dir.path().join("etcd.manifest"), "x").expect("write");
+    assert!(wakes(&mut w).await);
+}
+
+#[tokio::test]
+async fn a_moved_directory_is_let_go_and_a_relinked_path_followed() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let a = parent.path().join("a");
+    let b = parent.path().join("b");
+    std::fs::create_dir(&a).expect("mkdir");
+    std::fs::create_dir(&b).expect("mkdir");
+    let link = parent.path().join("manifests");
+    std::os::unix::fs::symlink(&a, &link).expect("symlink");
+    let (mut w, r) = watch(&link);
+    std::fs::write(a.join("p.yaml"), "x").expect("write");
+    assert!(wakes(&mut w).await, "through the link");
+    w.drain();
+    // The link now names another directory: the next ensure follows it.
+    std::fs::remove_file(&link).expect("rm link");
+    std::os::unix::fs::symlink(&b, &link).expect("relink");
+    r.ensure();
+    std::fs::write(a.join("q.yaml"), "x").expect("write");
+    assert!(
+        !wakes(&mut w).await,
+        "the old directory is no longer watched"
+    );
+    std::fs::write(b.join("q.yaml"), "x").expect("write");
+    assert!(wakes(&mut w).await, "the new one is");
+    w.drain();
+    // Moved away: one wake-up, then nothing from where it went.
+    let gone = parent.path().join("gone");
+    std::fs::rename(&b, &gone).expect("move");
+    assert!(wakes(&mut w).await, "moved");
+    w.drain();
+    std::fs::write(gone.join("r.yaml"), "x").expect("write");
+    assert!(!wakes(&mut w).await, "a moved directory still woke it");
 }
 
 #[tokio::test]
@@ -119,10 +154,10 @@ async fn a_directory_created_later_is_watched_after_the_next_ensure() {
 
 #[test]
 fn manifest_names() {
-    for yes in ["a.yaml", "b.yml", "c.json"] {
+    for yes in ["a.yaml", "b.yml", "c.json", "etcd.manifest", "a.yaml~"] {
         assert!(is_manifest_name(OsStr::new(yes)), "{yes}");
     }
-    for no in [".a.yaml", "a.yaml~", "a.txt", "yaml", ".swp"] {
+    for no in [".a.yaml", ".swp", ".#pod.yaml"] {
         assert!(!is_manifest_name(OsStr::new(no)), "{no}");
     }
 }

@@ -256,9 +256,10 @@ where
 
 /// A watch on the log file and its directory (upstream `waitLogs`' fsnotify
 /// watch): data written to the file (`IN_MODIFY`), the file renamed or
-/// removed (`IN_MOVE_SELF`, `IN_DELETE_SELF`), and a file created or moved
-/// into the directory (`IN_CREATE`, `IN_MOVED_TO`: the runtime's new file
-/// after a rotation). Opens, reads and closes are never asked for: this
+/// removed (`IN_MOVE_SELF`; `IN_DELETE_SELF` only comes once this reader has
+/// closed it, so a removal is seen by the 1 s check, as upstream), and a file
+/// created or moved into the directory (`IN_CREATE`, `IN_MOVED_TO`: the
+/// runtime's new file after a rotation). Opens, reads and closes are never asked for: this
 /// reader's own, another `kubectl logs` or the log rotation's gzip would
 /// otherwise wake it (issue 28).
 struct Watch {
@@ -289,7 +290,8 @@ async fn next_event(w: &mut Option<Watch>) {
     use futures::{FutureExt, StreamExt};
     match w {
         Some(w) => {
-            if w.events.next().await.is_none() {
+            // A broken descriptor leaves the 1 s check alone (no spinning).
+            if !matches!(w.events.next().await, Some(Ok(_))) {
                 std::future::pending::<()>().await;
             }
             // Coalesce a burst.

@@ -105,6 +105,7 @@ impl VolumeWiring<'_> {
                 c,
                 self.cfg.node_name.clone(),
                 tokens.clone(),
+                self.latest_node.clone(),
             ));
             Arc::new(kubelet_csi::CsiPlugin::new(
                 csi_host,

@@ -171,15 +171,21 @@ impl RuntimeHelper for KubeletRuntimeHelper {
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect();
         let volumes = self.volumes.get_mounted_volumes_for_pod(pod::uid(p));
-        // Upstream `runtimeClassSupportsRecursiveReadOnlyMounts`; a class
-        // that cannot be looked up has already failed the sandbox.
-        let handler = self
-            .lookup_runtime_handler(p)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let supports_rro = self.features.handler_supports_recursive_read_only(&handler);
+        // Upstream `runtimeClassSupportsRecursiveReadOnlyMounts` (false when
+        // the class cannot be looked up), asked only of a container that
+        // wants a recursively read-only mount.
+        let wants_rro = c.volume_mounts.iter().flatten().any(|m| {
+            m.recursive_read_only
+                .as_deref()
+                .is_some_and(|r| r != "Disabled")
+        });
+        let supports_rro = wants_rro
+            && match self.lookup_runtime_handler(p).await {
+                Ok(handler) => self
+                    .features
+                    .handler_supports_recursive_read_only(handler.as_deref().unwrap_or_default()),
+                Err(_) => false,
+            };
         let mut mounts = make_mounts(p, c, &volumes, &env, self.volumes.pods_dir(), supports_rro)
             .await
             .map_err(|e| ContainerConfigError { message: e.0 })?;

@@ -168,6 +168,16 @@ impl PodAdmitter {
         self
     }
 
+    /// Resolves once what admission reads of the runtime is known: upstream's
+    /// `syncLoop` handles no pod before the runtime has answered ready once
+    /// (`runtimeErrors`), so that, say, a `SupplementalGroupsPolicy: Strict`
+    /// pod is never refused only because the runtime had not answered yet.
+    pub async fn runtime_known(&self) {
+        if let Some(r) = &self.runtime {
+            r.known().await;
+        }
+    }
+
     /// Upstream `canAdmitPod`: the first handler that refuses decides.
     /// `others` are the active pods already admitted.
     pub fn admit(&self, p: &Pod, others: &[&Pod]) -> Result<(), Rejection> {

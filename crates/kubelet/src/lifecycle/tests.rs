@@ -420,3 +420,26 @@ fn strict_supplemental_groups_and_pod_level_resources_are_refused_where_not_hono
     // An empty `resources` sets nothing.
     assert_eq!(a.admit(&pod(json!({"resources": {}})), &[]), Ok(()));
 }
+
+/// Upstream's syncLoop admits nothing before the runtime's first ready
+/// answer: a Strict pod is not refused for a runtime that had not answered.
+#[tokio::test]
+async fn admission_waits_for_the_runtimes_first_ready_answer() {
+    let features = Arc::new(crate::runtime_features::RuntimeFeatures::default());
+    let (a, _) = admitter(node(json!({})), true);
+    let a = a.with_runtime_features(features.clone());
+    let wait = std::time::Duration::from_millis(100);
+    assert!(tokio::time::timeout(wait, a.runtime_known()).await.is_err());
+    features.record(&cri::pb::StatusResponse {
+        features: Some(cri::pb::RuntimeFeatures {
+            supplemental_groups_policy: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    tokio::time::timeout(wait, a.runtime_known())
+        .await
+        .expect("known once recorded");
+    let strict = pod(json!({"securityContext": {"supplementalGroupsPolicy": "Strict"}}));
+    assert_eq!(a.admit(&strict, &[]), Ok(()));
+}

@@ -32,6 +32,9 @@ use kubelet_runtime::prober_results::{ProbeResult, ProbeResults, Update};
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
 /// Upstream housekeeping period.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How long the loop waits quietly for the runtime's first ready answer
+/// before saying so.
+const RUNTIME_WAIT_LOG: Duration = Duration::from_secs(5);
 
 /// When the loop last started an iteration, for `/healthz` (upstream
 /// `syncLoopMonitor` / `LatestLoopEntryTime`).
@@ -395,6 +398,18 @@ impl SyncLoop {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut hk = tokio::time::interval(HOUSEKEEPING_PERIOD);
         hk.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.heartbeat.beat();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = self.admitter.runtime_known() => {}
+            () = tokio::time::sleep(RUNTIME_WAIT_LOG) => {
+                info!("Skipping pod synchronization until the container runtime answers ready");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = self.admitter.runtime_known() => {}
+                }
+            }
+        }
         loop {
             self.heartbeat.beat();
             tokio::select! {
