@@ -67,7 +67,7 @@ rm -f "$log119.rc"
 echo "== cargo test: lane 1 with the apiserver double as 1.35; lane 2 (lines marked [1.19]) as 1.19"
 setsid bash -c '
   KUBELET_RS_TEST_LANE=2 KUBELET_RS_APISERVER_PROFILE=1.19 \
-    cargo test --workspace --locked --lib "${@:2}" -- --skip "$1" >"'"$log119"'" 2>&1
+    cargo test --workspace --locked --no-fail-fast --lib "${@:2}" -- --skip "$1" >"'"$log119"'" 2>&1
   echo $? >"'"$log119"'.rc"' lane2 "$serial" "${targets[@]}" &
 lane2=$!
 tail -n +1 -F --pid=$lane2 "$log119" 2>/dev/null | sed -u 's/^/[1.19] /' &
@@ -75,7 +75,8 @@ follow=$!
 # An interrupted run takes lane 2 (its own process group) down with it.
 trap 'kill -- -$lane2 2>/dev/null || true; kill $follow 2>/dev/null || true' EXIT
 set +e
-KUBELET_RS_APISERVER_PROFILE=1.35 cargo test --workspace --locked -- --skip "$serial" 2>&1 |
+# --no-fail-fast: one failing test binary does not hide the others' results.
+KUBELET_RS_APISERVER_PROFILE=1.35 cargo test --workspace --locked --no-fail-fast -- --skip "$serial" 2>&1 |
   tee /tmp/kubelet-rs-test.log
 rc135=${PIPESTATUS[0]}
 wait $lane2

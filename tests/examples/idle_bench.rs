@@ -10,8 +10,9 @@
 //!
 //! - `idle`: after `IDLE_BENCH_SETTLE` seconds (default 60) with no pods, the
 //!   kubelet's CPU seconds (from `stat`, 10 ms ticks; and in milliseconds
-//!   from the live threads' `schedstat`) and wake-ups (context switches of
-//!   all its threads) in each of `IDLE_BENCH_WINDOWS` windows (default 3) of 30 s,
+//!   from its threads' `schedstat`, threads that start or exit in the
+//!   window included) and wake-ups (context switches of all its threads,
+//!   the same way) in each of `IDLE_BENCH_WINDOWS` windows (default 3) of 30 s,
 //!   then its system calls in one more 30 s window under `strace -c -f` (the
 //!   total and the ten most frequent kinds), then VmRSS and RssAnon;
 //! - `pods`: PODS plain pods (a sleeping busybox) created one after another
@@ -43,7 +44,7 @@ use cluster::{Cluster, Start};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use proc_stats::{context_switches, cpu_ms_live, cpu_secs, memory_kib, syscalls};
+use proc_stats::{cpu_ms_and_wakeups, cpu_secs, memory_kib, syscalls};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -72,11 +73,11 @@ async fn measure(phase: &str, pid: u32, extra: &str) -> anyhow::Result<()> {
     let mut cpu_ms = Vec::new();
     let mut wakeups = Vec::new();
     for _ in 0..windows {
-        let (t0, m0, w0) = (cpu_secs(pid)?, cpu_ms_live(pid)?, context_switches(pid)?);
-        tokio::time::sleep(WINDOW).await;
+        let t0 = cpu_secs(pid)?;
+        let (ms, w) = cpu_ms_and_wakeups(pid, WINDOW).await?;
         cpu.push(format!("{:.2}", cpu_secs(pid)? - t0));
-        cpu_ms.push(format!("{:.1}", cpu_ms_live(pid)? - m0));
-        wakeups.push(context_switches(pid)?.saturating_sub(w0).to_string());
+        cpu_ms.push(format!("{ms:.1}"));
+        wakeups.push(w.to_string());
     }
     let calls = if std::env::var("IDLE_BENCH_STRACE").as_deref() == Ok("0") {
         String::new()

@@ -37,19 +37,46 @@ fn mask() -> WatchMask {
 /// A live inotify watch on the registry tree; dropping it stops it.
 pub struct DirWatch {
     stream: EventStream<Vec<u8>>,
+    root: std::path::PathBuf,
 }
 
 /// Adds a directory of the tree to the watch (blocking; from the walk).
 #[derive(Clone)]
 pub struct DirAdder {
     watches: Watches,
+    /// The registry directory itself, which may be a symbolic link.
+    root: std::sync::Arc<Path>,
+    /// The watch limit was reported once already.
+    limit_logged: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DirAdder {
-    /// Watches `dir` (again: the kernel keeps one watch per directory).
+    /// Watches `dir` (again: the kernel keeps one watch per directory). A
+    /// subdirectory is never watched through a symbolic link: the walk saw a
+    /// directory, and one replaced by a link since is not followed
+    /// (`IN_DONT_FOLLOW | IN_ONLYDIR`); the registry directory itself is.
     pub fn add(&self, dir: &Path) {
-        if let Err(error) = self.watches.clone().add(dir, mask()) {
-            debug!(path = %dir.display(), %error, "Cannot watch plugin directory");
+        let mask = if dir == &*self.root {
+            mask()
+        } else {
+            mask() | WatchMask::DONT_FOLLOW | WatchMask::ONLYDIR
+        };
+        match self.watches.clone().add(dir, mask) {
+            Ok(_) => {}
+            // ENOSPC: the user's inotify watches are used up.
+            Err(error) if error.raw_os_error() == Some(28) => {
+                if !self
+                    .limit_logged
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    warn!(
+                        path = %dir.display(),
+                        "inotify watch limit reached (fs.inotify.max_user_watches): plugin \
+                         directories past it are found by the rescan a minute apart"
+                    );
+                }
+            }
+            Err(error) => debug!(path = %dir.display(), %error, "Cannot watch plugin directory"),
         }
     }
 }
@@ -64,7 +91,10 @@ pub fn watch(dir: &Path) -> Result<DirWatch, Error> {
         .watches()
         .add(dir, mask())
         .map_err(|error| Error::Watch { error })?;
-    Ok(DirWatch { stream })
+    Ok(DirWatch {
+        stream,
+        root: dir.to_path_buf(),
+    })
 }
 
 impl DirWatch {
@@ -72,6 +102,8 @@ impl DirWatch {
     pub fn adder(&self) -> DirAdder {
         DirAdder {
             watches: self.stream.watches(),
+            root: self.root.as_path().into(),
+            limit_logged: std::sync::Arc::default(),
         }
     }
 

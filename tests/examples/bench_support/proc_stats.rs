@@ -2,6 +2,7 @@
 //! memory, wake-ups (context switches of all its threads: each is a thread
 //! that blocked, or was preempted, and ran again) and system calls by kind.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,22 +17,57 @@ pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
     Ok(ticks as f64 / 100.0)
 }
 
-/// On-CPU time in milliseconds of the threads alive now (each task's
-/// `schedstat`, nanoseconds: finer than the 10 ms ticks of `stat`; read it
-/// twice around a window, threads that exit in between are left out).
-pub fn cpu_ms_live(pid: u32) -> anyhow::Result<f64> {
-    let mut ns = 0u64;
+/// Per thread: on-CPU nanoseconds (`schedstat`) and context switches.
+fn threads(pid: u32) -> anyhow::Result<HashMap<u64, (u64, u64)>> {
+    let mut out = HashMap::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let Ok(s) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+        let task = task?;
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
             continue;
         };
-        ns += s
+        let (Ok(sched), Ok(status)) = (
+            std::fs::read_to_string(task.path().join("schedstat")),
+            std::fs::read_to_string(task.path().join("status")),
+        ) else {
+            continue;
+        };
+        let ns = sched
             .split_whitespace()
             .next()
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
+        let switches = status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0)
+            + status_field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+        out.insert(tid, (ns, switches));
     }
-    Ok(ns as f64 / 1e6)
+    Ok(out)
+}
+
+/// On-CPU milliseconds (each thread's `schedstat`, nanoseconds: finer than
+/// the 10 ms ticks of `stat`) and wake-ups (context switches) of all the
+/// process's threads over `window`, counting threads that start or exit in
+/// it: the threads are read every 500 ms and a thread that exits keeps its
+/// last reading (the runtime's blocking threads exit after 10 s idle, so
+/// nothing of theirs falls between two readings).
+pub async fn cpu_ms_and_wakeups(pid: u32, window: Duration) -> anyhow::Result<(f64, u64)> {
+    let base = threads(pid)?;
+    let mut last = base.clone();
+    let end = tokio::time::Instant::now() + window;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= end {
+            break;
+        }
+        tokio::time::sleep((end - now).min(Duration::from_millis(500))).await;
+        last.extend(threads(pid)?);
+    }
+    let (mut ns, mut switches) = (0u64, 0u64);
+    for (tid, (n, w)) in &last {
+        let (n0, w0) = base.get(tid).copied().unwrap_or((0, 0));
+        ns += n.saturating_sub(n0);
+        switches += w.saturating_sub(w0);
+    }
+    Ok((ns as f64 / 1e6, switches))
 }
 
 fn status_field(status: &str, name: &str) -> anyhow::Result<u64> {
@@ -51,21 +87,6 @@ pub fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
         status_field(&status, "VmRSS:")?,
         status_field(&status, "RssAnon:")?,
     ))
-}
-
-/// Voluntary and involuntary context switches of every thread so far
-/// (threads that exited since are not counted: read it twice around a
-/// window).
-pub fn context_switches(pid: u32) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
-            continue;
-        };
-        total += status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0)
-            + status_field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
-    }
-    Ok(total)
 }
 
 /// `strace -c -f` attached for `window`: the total system calls and the

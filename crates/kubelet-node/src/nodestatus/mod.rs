@@ -104,6 +104,9 @@ pub struct NodeStatusManager {
     /// The apiserver's version, for the kubelet version the Node reports
     /// (`cfg.reported_version`).
     pub discovery: Option<kubelet_client::discovery::Discovery>,
+    /// What the Node reported so far: the version never rises while the
+    /// process runs (`LowestReported`).
+    pub reported: kubelet_types::version::LowestReported,
 }
 
 /// How long registration waits for the apiserver's version.
@@ -171,11 +174,15 @@ impl NodeStatusManager {
             .discovery
             .as_ref()
             .and_then(kubelet_client::discovery::Discovery::current);
-        self.cfg.reported_version.report(
+        let candidate = self.cfg.reported_version.report(
             server
                 .as_deref()
                 .map(|s| (s.git_version.as_str(), s.major, s.minor)),
-        )
+        );
+        match self.cfg.reported_version {
+            kubelet_types::version::ReportedVersion::Pinned(_) => candidate,
+            kubelet_types::version::ReportedVersion::Auto => self.reported.settle(candidate),
+        }
     }
 
     /// Waits (a bounded time) for the first read of the apiserver's version,

@@ -354,6 +354,7 @@ fn manager(
         latest: watch::channel(None).0,
         connections: None,
         discovery: None,
+        reported: Default::default(),
     };
     (m, rx, health)
 }
@@ -556,6 +557,16 @@ async fn the_kubelet_version_follows_an_older_control_plane_unless_pinned() {
         status.node_info.map(|i| i.kubelet_version),
         Some("v1.19.16".to_string())
     );
+    // Another apiserver of an upgrade in progress answers: no rise until
+    // the kubelet restarts.
+    m.discovery = Some(kubelet_client::discovery::Discovery::with_info(
+        client.clone(),
+        kubelet_client::discovery::ServerInfo {
+            minor: 20,
+            ..server("v1.20.1")
+        },
+    ));
+    assert_eq!(m.kubelet_version(), "v1.19.16");
     m.cfg.reported_version =
         kubelet_types::version::ReportedVersion::pinned("v1.30.4").expect("pin");
     assert_eq!(m.kubelet_version(), "v1.30.4");

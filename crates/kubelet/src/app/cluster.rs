@@ -159,6 +159,7 @@ impl Cluster {
             latest: w.latest_node,
             connections: Some(self.connections.clone()),
             discovery: w.discovery,
+            reported: Default::default(),
         };
         spawn_in(
             tasks,

@@ -398,7 +398,9 @@ impl SyncLoop {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut hk = tokio::time::interval(HOUSEKEEPING_PERIOD);
         hk.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.heartbeat.beat();
+        // No heartbeat before the runtime's first ready answer, as upstream
+        // (`syncLoopMonitor` is stored only past `runtimeErrors`): /healthz
+        // stays healthy while a node boots with its runtime still down.
         tokio::select! {
             () = stop.cancelled() => return,
             () = self.admitter.runtime_known() => {}

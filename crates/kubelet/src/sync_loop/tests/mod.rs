@@ -1,5 +1,7 @@
 //! Unit tests of the sync loop on paused time, with fakes at its seams.
 
+mod runtime_wait;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -135,6 +137,10 @@ fn admitter(max_pods: u32) -> crate::lifecycle::PodAdmitter {
 }
 
 fn start_with(max_pods: u32) -> Harness {
+    start_admitting(admitter(max_pods))
+}
+
+fn start_admitting(admitter: crate::lifecycle::PodAdmitter) -> Harness {
     let (config, config_rx) = mpsc::channel(16);
     let (pleg_events, pleg_rx) = mpsc::channel(16);
     let h = Harness {
@@ -162,7 +168,7 @@ fn start_with(max_pods: u32) -> Harness {
         desired: Arc::new(h.pods.clone()),
         heartbeat: h.heartbeat.clone(),
         status: status.clone(),
-        admitter: Arc::new(admitter(max_pods)),
+        admitter: Arc::new(admitter),
         rejected: HashSet::new(),
         probes: h.probes.clone(),
         probe_updates: ProbeUpdates::subscribe(&h.results),
