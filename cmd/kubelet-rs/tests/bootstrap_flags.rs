@@ -119,7 +119,6 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "topology-manager-policy",
         "reserved-cpus",
         "kubelet-cgroups",
-        "seccomp-default",
         "oom-score-adj",
     ];
     // Flags kubelet-rs acts on since issue 10 (and, since issue 18, the GC,
@@ -141,6 +140,8 @@ fn bootstrap_script_flags_start_the_kubelet_with_one_warning_each() {
         "minimum-container-ttl-duration",
         "image-credential-provider-config",
         "image-credential-provider-bin-dir",
+        // Since issue 28.
+        "seccomp-default",
     ] {
         assert!(
             !out.contains(&format!("flag --{flag} ")),
