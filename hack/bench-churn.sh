@@ -71,7 +71,7 @@ case "$LANE" in
   fi
   CONFIG=$(mktemp /tmp/bench-churn-config.XXXXXX.yaml)
   trap 'rm -f "$CONFIG"' EXIT
-  printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: /var/log/pods-lane2\n' >"$CONFIG"
+  printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodLogsDir: /var/log/pods-lane2\nfailCgroupV1: false\n' >"$CONFIG"
   FLAGS+=(--config="$CONFIG" --cgroup-root="/$CGROUP_ROOT")
   ;;
 *) echo "hack/bench-churn.sh: LANE=$LANE: use 1 or 2" >&2; exit 1 ;;

@@ -39,10 +39,10 @@ async fn expect_rejected(j: &Joined, name: &str, reason: &str, message: &str) {
         format!("Pod was rejected: {message}"),
         "{name}"
     );
-    let ev = j.pod_events(name);
+    let want = |t: &str, r: &str, m: &str| t == "Warning" && r == reason && m == message;
+    let ev = j.wait_pod_event(name, T, want).await;
     assert!(
-        ev.iter()
-            .any(|(t, r, m)| t == "Warning" && r == reason && m == message),
+        ev.iter().any(|(t, r, m)| want(t, r, m)),
         "{name}: no Warning {reason} event: {ev:?}"
     );
     let full = j.pod_name(name);

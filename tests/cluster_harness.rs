@@ -76,6 +76,27 @@ impl Joined {
             .collect()
     }
 
+    /// Waits up to `within` for an event about pod `name` that `want` accepts
+    /// (events are posted apart from the pod's status, so either may land
+    /// first); returns the pod's events either way, for the caller's assert.
+    pub async fn wait_pod_event(
+        &self,
+        name: &str,
+        within: Duration,
+        want: impl Fn(&str, &str, &str) -> bool,
+    ) -> Vec<(String, String, String)> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let events = self.pod_events(name);
+            if events.iter().any(|(t, r, m)| want(t, r, m))
+                || tokio::time::Instant::now() >= deadline
+            {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The node's condition `ty` as `(status, reason, message)`.
     pub fn node_condition(&self, ty: &str) -> Option<(String, String, String)> {
         let n = self.api.get("nodes", "", &self.node.name)?;

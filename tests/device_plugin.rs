@@ -193,10 +193,12 @@ async fn expect_rejected(j: &Joined, name: &str) {
         p["status"]["message"],
         format!("Pod was rejected: {message}")
     );
-    let ev = j.pod_events(name);
+    let want = |t: &str, r: &str, m: &str| {
+        t == "Warning" && r == "UnexpectedAdmissionError" && m == message
+    };
+    let ev = j.wait_pod_event(name, T, want).await;
     assert!(
-        ev.iter()
-            .any(|(t, r, m)| t == "Warning" && r == "UnexpectedAdmissionError" && *m == message),
+        ev.iter().any(|(t, r, m)| want(t, r, m)),
         "{name}: no UnexpectedAdmissionError event: {ev:?}"
     );
 }

@@ -119,11 +119,10 @@ async fn memory_pressure_evicts_the_best_effort_hog_and_refuses_best_effort_pods
             && m.ends_with(", request is 0, has larger consumption of memory. "),
         "{m}"
     );
-    let hog_events = j.pod_events("hog");
+    let want = |t: &str, r: &str, msg: &str| t == "Warning" && r == "Evicted" && msg == m;
+    let hog_events = j.wait_pod_event("hog", T, want).await;
     assert!(
-        hog_events
-            .iter()
-            .any(|(t, r, msg)| t == "Warning" && r == "Evicted" && *msg == m),
+        hog_events.iter().any(|(t, r, msg)| want(t, r, msg)),
         "{hog_events:?}"
     );
     let conditions = hog.as_ref().map(|p| p["status"]["conditions"].clone());
@@ -236,10 +235,8 @@ async fn local_storage_limits_evict_with_upstreams_messages() {
         message(&p),
         "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
     );
-    assert!(
-        j.pod_events("emptydir")
-            .iter()
-            .any(|(t, r, _)| t == "Warning" && r == "Evicted")
-    );
+    let want = |t: &str, r: &str, _: &str| t == "Warning" && r == "Evicted";
+    let ev = j.wait_pod_event("emptydir", T, want).await;
+    assert!(ev.iter().any(|(t, r, m)| want(t, r, m)), "{ev:?}");
     j.cleanup().await;
 }

@@ -132,6 +132,18 @@ impl Node {
                 .0
         });
         quiet_housekeeping(&mut flags, file.as_ref());
+        // This host runs cgroup v1, which a config file refuses by default
+        // since 1.35 (failCgroupV1): tests that bring their own file run here.
+        if flags.extra.get("fail-cgroupv1").is_none()
+            && file
+                .as_ref()
+                .is_none_or(|f| !f.other.contains_key("failCgroupV1"))
+        {
+            flags
+                .extra
+                .push("fail-cgroupv1", "false")
+                .expect("--fail-cgroupv1");
+        }
         if flags.cgroup_root.is_none() && file.as_ref().is_none_or(|f| f.cgroup_root.is_none()) {
             flags.cgroup_root = lane::lane().cgroup_root.map(String::from);
         }

@@ -2,15 +2,16 @@
 //! `cm/cgroup_manager_linux.go`, `cgroup_v1_manager_linux.go`,
 //! `cgroup_v2_manager_linux.go` and the runc `fs`/`fs2` writers they call).
 //!
-//! Every call is blocking file IO: callers run it off the async runtime.
-//! With the systemd driver the names and paths are systemd's (see
-//! [`CgroupName::to_systemd`]); creating slices needs systemd's D-Bus API,
-//! which this manager does not speak: [`crate::ContainerManager`] leaves
-//! them to the runtime and systemd.
+//! Every call is blocking IO: callers run it off the async runtime. With
+//! the systemd driver the names and paths are systemd's (see
+//! [`CgroupName::to_systemd`]) and each cgroup is a slice unit: created,
+//! changed and stopped through [`SystemdUnits`] first, then its files are
+//! written as with cgroupfs (what runc's systemd managers do after systemd).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use kubelet_types::CgroupDriver;
 use tracing::debug;
@@ -18,6 +19,7 @@ use tracing::debug;
 use crate::CgroupError;
 use crate::cgroup_name::CgroupName;
 use crate::helpers::{cpu_shares_to_weight, hugepage_unit_size};
+use crate::systemd_unit::{SystemdUnits, apply_properties, resource_properties};
 
 /// Controllers whose directories must exist for a cgroup to exist on v1
 /// (upstream `cgroupV1impl.Validate`'s allow list; `hugetlb` when mounted).
@@ -167,6 +169,8 @@ pub struct CgroupManager {
     driver: CgroupDriver,
     /// The host's huge page sizes (`2MB`, `1GB`).
     hugepage_sizes: Vec<String>,
+    /// systemd's unit manager (systemd driver only).
+    units: Option<Arc<dyn SystemdUnits>>,
 }
 
 impl CgroupManager {
@@ -180,7 +184,27 @@ impl CgroupManager {
             subsystems,
             driver,
             hugepage_sizes,
+            units: None,
         }
+    }
+
+    /// The same manager creating its cgroups as systemd slices through
+    /// `units` (the systemd driver).
+    pub fn with_systemd(mut self, units: Arc<dyn SystemdUnits>) -> Self {
+        self.units = Some(units);
+        self
+    }
+
+    /// Whether cgroups are created as systemd slices.
+    pub fn uses_systemd_units(&self) -> bool {
+        self.units.is_some() && self.driver == CgroupDriver::Systemd
+    }
+
+    /// systemd's units, for a cgroup other than the root (which is systemd's own).
+    fn units_for(&self, name: &CgroupName) -> Option<&Arc<dyn SystemdUnits>> {
+        self.units
+            .as_ref()
+            .filter(|_| self.driver == CgroupDriver::Systemd && !name.is_root())
     }
 
     /// The driver.
@@ -263,6 +287,10 @@ impl CgroupManager {
     /// `Create`: runc's `Apply(-1)` then `Set`). A failed `Set` is logged,
     /// as upstream does, not returned.
     pub fn create(&self, name: &CgroupName, rc: &ResourceConfig) -> Result<(), CgroupError> {
+        if let Some(units) = self.units_for(name) {
+            let props = apply_properties(name, rc, self.subsystems.is_v2());
+            units.start_slice(&name.to_systemd_slice(), &props)?;
+        }
         for (ctl, dir) in self.paths(name) {
             create_dir(&dir)?;
             if ctl == "cpuset" && !self.subsystems.is_v2() {
@@ -280,6 +308,10 @@ impl CgroupManager {
 
     /// Writes `rc` into the cgroup's files (upstream `Update`).
     pub fn update(&self, name: &CgroupName, rc: &ResourceConfig) -> Result<(), CgroupError> {
+        if let Some(units) = self.units_for(name) {
+            let props = resource_properties(rc, self.subsystems.is_v2());
+            units.set_properties(&name.to_systemd_slice(), &props)?;
+        }
         let paths = self.paths(name);
         if self.subsystems.is_v2() {
             let Some(dir) = paths.values().next() else {
@@ -385,6 +417,9 @@ impl CgroupManager {
     /// Removes the cgroup, and any left below it, from every hierarchy
     /// (upstream `Destroy`). Missing directories are fine.
     pub fn destroy(&self, name: &CgroupName) -> Result<(), CgroupError> {
+        if let Some(units) = self.units_for(name) {
+            units.stop_slice(&name.to_systemd_slice())?;
+        }
         for dir in self.dirs(name) {
             remove_tree(&dir)?;
         }

@@ -35,6 +35,13 @@ impl CgroupName {
         &self.0
     }
 
+    /// The cgroup this one is in (the root's parent is the root).
+    pub fn parent(&self) -> Self {
+        let mut parts = self.0.clone();
+        parts.pop();
+        Self(parts)
+    }
+
     /// The last component ("" for the root).
     pub fn base(&self) -> &str {
         self.0.last().map_or("", String::as_str)

@@ -5,9 +5,9 @@
 //! keeps them current, and creates and removes pod cgroups.
 //!
 //! Cgroup IO runs on the blocking pool with a deadline. With the systemd
-//! driver only names are computed: slices need systemd's D-Bus API, which
-//! kubelet-rs does not speak, so the runtime creates them as before and no
-//! limits are written by the kubelet.
+//! driver every cgroup is a slice unit, created and changed through
+//! systemd's D-Bus API ([`crate::systemd_dbus`]) before its files are
+//! written, as upstream's libcontainer manager does.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -26,6 +26,7 @@ use crate::helpers::CfsSettings;
 use crate::node_container_manager::{NODE_ALLOCATABLE_CGROUP, node_allocatable_config};
 use crate::pod_container_manager::{PodCgroups, PodContainerManager};
 use crate::qos_container_manager::{PERIODIC_UPDATE_INTERVAL, QosContainerManager};
+use crate::systemd_unit::SystemdUnits;
 use crate::{CgroupError, CgroupSubsystems, reason};
 
 /// Deadline of one cgroup operation.
@@ -93,11 +94,22 @@ impl ContainerManager {
     /// A manager over `subsystems` (see [`CgroupSubsystems::detect`]) and the
     /// host's huge page sizes. Touches nothing until [`Self::start`].
     pub fn new(cfg: NodeConfig, subsystems: CgroupSubsystems, hugepage_sizes: Vec<String>) -> Self {
-        let cgroups = Arc::new(CgroupManager::new(
-            subsystems,
-            cfg.cgroup_driver,
-            hugepage_sizes,
-        ));
+        Self::with_units(cfg, subsystems, hugepage_sizes, None)
+    }
+
+    /// As [`Self::new`], with systemd's unit manager for the systemd driver
+    /// (without it that driver computes names only and writes nothing).
+    pub fn with_units(
+        cfg: NodeConfig,
+        subsystems: CgroupSubsystems,
+        hugepage_sizes: Vec<String>,
+        units: Option<Arc<dyn SystemdUnits>>,
+    ) -> Self {
+        let mut manager = CgroupManager::new(subsystems, cfg.cgroup_driver, hugepage_sizes);
+        if let Some(u) = units {
+            manager = manager.with_systemd(u);
+        }
+        let cgroups = Arc::new(manager);
         let mut root = CgroupName::parse_cgroupfs(&cfg.cgroup_root);
         if cfg.cgroups_per_qos {
             root = root.child(NODE_ALLOCATABLE_CGROUP);
@@ -120,9 +132,12 @@ impl ContainerManager {
         }
     }
 
-    /// Whether the kubelet writes cgroups (cgroupfs driver with `cgroupsPerQOS`).
+    /// Whether the kubelet writes cgroups (`cgroupsPerQOS`, with the
+    /// cgroupfs driver or systemd's units).
     pub fn manages_cgroups(&self) -> bool {
-        self.cfg.cgroups_per_qos && self.cfg.cgroup_driver == CgroupDriver::Cgroupfs
+        self.cfg.cgroups_per_qos
+            && (self.cfg.cgroup_driver == CgroupDriver::Cgroupfs
+                || self.cgroups.uses_systemd_units())
     }
 
     /// The node allocatable cgroup (`<cgroupRoot>/kubepods`).
@@ -165,9 +180,9 @@ impl ContainerManager {
         if !self.cfg.cgroups_per_qos {
             return Ok(());
         }
-        if self.cfg.cgroup_driver == CgroupDriver::Systemd {
+        if !self.manages_cgroups() {
             warn!(
-                "cgroupDriver systemd: kubelet-rs does not manage systemd slices; the runtime creates pod slices and no QoS or node allocatable limits are written"
+                "cgroupDriver systemd without systemd's bus: no slices are created and no QoS or node allocatable limits are written"
             );
             return Ok(());
         }

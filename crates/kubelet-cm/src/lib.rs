@@ -22,6 +22,8 @@ pub mod node_container_manager;
 pub mod pod_container_manager;
 pub mod policy;
 pub mod qos_container_manager;
+pub mod systemd_dbus;
+pub mod systemd_unit;
 
 use std::path::PathBuf;
 
@@ -71,6 +73,22 @@ pub enum CgroupError {
         name: String,
         /// The signal errors.
         message: String,
+    },
+    /// The host runs cgroup v1 and `failCgroupV1` is on (upstream
+    /// `validateKubeletOSConfiguration`; the default of a config file since 1.35).
+    #[error(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release (set failCgroupV1: false in the kubelet config file, or --fail-cgroupv1=false, to run on this host)"
+    )]
+    CgroupV1Refused,
+    /// systemd refused or did not finish an operation on a slice.
+    #[error("systemd {op} of {unit}: {reason}")]
+    Systemd {
+        /// The slice unit (`-` for the connection).
+        unit: String,
+        /// The D-Bus method.
+        op: &'static str,
+        /// systemd's or the bus's answer.
+        reason: String,
     },
     /// The operation did not finish before its deadline, or its task died.
     #[error("cgroup operation on {name} did not complete: {reason}")]

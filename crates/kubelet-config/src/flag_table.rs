@@ -274,7 +274,7 @@ pub const FLAGS: &[UpstreamFlag] = &[
     removed("experimental-kernel-memcg-notification", Bool, "1.25"),
     removed("experimental-logging-sanitization", Bool, "1.26"),
     ignored("experimental-mounter-path", Str),
-    config("fail-cgroupv1", Bool, "failCgroupV1"),
+    config("fail-cgroupv1", Bool, "failCgroupV1").acts(),
     config("fail-swap-on", Bool, "failSwapOn").honours("false"),
     done("feature-gates", MapStringBool).field("featureGates"),
     done("file-check-frequency", Duration).field("fileCheckFrequency"),

@@ -438,7 +438,14 @@ impl KubeletConfig {
             ));
         }
 
-        let settings = settings::resolve_settings(flags, f)?;
+        let mut settings = settings::resolve_settings(flags, f)?;
+        // v1beta1 defaults failCgroupV1 to true since 1.35; flags alone keep
+        // the legacy default, false (upstream `applyLegacyDefaults`).
+        if file.is_some() {
+            settings
+                .entry("failCgroupV1")
+                .or_insert(SettingValue::Bool(true));
+        }
         let cluster = cluster::resolve(flags, f)?;
         let from_flags = settings::resolve_settings(flags, &empty)?;
         let server = server::resolve(

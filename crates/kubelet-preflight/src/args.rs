@@ -24,6 +24,7 @@ const KINDS: &[Kind] = &[
     Kind::Manifest,
     Kind::Runtime,
     Kind::CgroupDriver,
+    Kind::Cgroups,
     Kind::Swap,
     Kind::Kubeconfig,
     Kind::Certificate,

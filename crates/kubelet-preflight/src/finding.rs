@@ -21,6 +21,8 @@ pub enum Kind {
     Runtime,
     /// The cgroup driver against the runtime's.
     CgroupDriver,
+    /// The host's cgroup version against `failCgroupV1`.
+    Cgroups,
     /// Swap on the node against `failSwapOn`.
     Swap,
     /// A kubeconfig (`--kubeconfig`, `--bootstrap-kubeconfig`).
@@ -40,6 +42,7 @@ impl Kind {
             Kind::Manifest => "manifest",
             Kind::Runtime => "runtime",
             Kind::CgroupDriver => "cgroup-driver",
+            Kind::Cgroups => "cgroups",
             Kind::Swap => "swap",
             Kind::Kubeconfig => "kubeconfig",
             Kind::Certificate => "certificate",

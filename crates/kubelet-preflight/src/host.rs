@@ -1,8 +1,9 @@
-//! The host: swap against `failSwapOn` ([`swap`], upstream
+//! The host: the cgroup version against `failCgroupV1` ([`cgroups`]), swap against `failSwapOn` ([`swap`], upstream
 //! `validateSwapConfiguration` in `pkg/kubelet/cm/container_manager_linux.go`,
 //! kubeadm's `SwapCheck`) and the ports and sockets the kubelet listens on
 //! ([`ports`], kubeadm's `PortOpenCheck`).
 
+mod cgroups;
 mod ports;
 mod swap;
 
@@ -27,6 +28,11 @@ pub(crate) fn check(cfg: &KubeletConfig, report: &mut Report) {
             _ => None,
         },
     };
+    let fail_cgroup_v1 = matches!(
+        cfg.settings.get("failCgroupV1"),
+        Some(SettingValue::Bool(true))
+    );
+    cgroups::check(Path::new("/sys/fs/cgroup"), fail_cgroup_v1, report);
     swap::check(Path::new(PROC_SWAPS), &policy, report);
     ports::check(cfg, report);
 }

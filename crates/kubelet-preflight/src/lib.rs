@@ -47,14 +47,14 @@ pub const USAGE: &str = "\
 Usage: kubelet-rs check [-o text|json] [--ignore-preflight-errors=KIND,...] [kubelet flags...]
 
 Checks offline what a kubelet start with these flags would use: the flags,
-the --config file, static pod manifests, the CRI endpoint and its cgroup
+the --config file, static pod manifests, the cgroup version, the CRI endpoint and its cgroup
 driver, swap, kubeconfigs and certificates, and the ports it would bind.
 Prints one finding per line (or one JSON document with -o json) and exits 1
 when any finding is an error, 0 otherwise. Starts and changes nothing.
 
 --ignore-preflight-errors turns the errors of the named kinds into warnings
 (as kubeadm's flag of that name), e.g. =port while the kubelet being replaced
-still holds its ports; kinds: flag, config, manifest, runtime, cgroup-driver,
+still holds its ports; kinds: flag, config, manifest, runtime, cgroup-driver, cgroups,
 swap, kubeconfig, certificate, port, or all.
 ";
 

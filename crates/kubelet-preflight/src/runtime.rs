@@ -25,6 +25,10 @@ pub(crate) async fn check(cfg: &KubeletConfig, report: &mut Report) {
         &cfg.container_runtime_endpoint,
         cfg.image_service_endpoint.as_deref(),
         cfg.cgroup_driver,
+        cfg.feature_gates
+            .get("KubeletCgroupDriverFromCRI")
+            .copied()
+            .unwrap_or(true),
         crate::RUNTIME_DEADLINE,
         report,
     )
@@ -43,6 +47,7 @@ pub(crate) async fn check_endpoint(
     endpoint: &str,
     image_endpoint: Option<&str>,
     driver: CgroupDriver,
+    driver_from_cri: bool,
     deadline: Duration,
     report: &mut Report,
 ) {
@@ -82,7 +87,12 @@ pub(crate) async fn check_endpoint(
                 report.push(f.field(field));
             }
             let from_cri = cgroup::from_runtime_config(&rt, deadline).await;
-            report.push(cgroup::finding(driver, from_cri, &status.info));
+            report.push(cgroup::finding(
+                driver,
+                driver_from_cri,
+                from_cri,
+                &status.info,
+            ));
         }
         Err(e) => {
             report.push(
@@ -291,6 +301,7 @@ mod tests {
                 &endpoint,
                 None,
                 CgroupDriver::Cgroupfs,
+                true,
                 Duration::from_secs(2),
                 &mut report,
             ));
@@ -319,6 +330,7 @@ mod tests {
             "tcp://127.0.0.1:1234",
             None,
             CgroupDriver::Cgroupfs,
+            true,
             Duration::from_secs(1),
             &mut report,
         ));

@@ -15,6 +15,11 @@ pub enum Error {
     /// checkpoint); upstream's container manager fails the start too.
     #[error("Failed to start ContainerManager: the device plugin manager: {0}")]
     DeviceManager(#[source] kubelet_devicemanager::DeviceManagerError),
+    /// The container manager cannot start: the cgroup root, the systemd
+    /// bus, or a cgroup v1 host refused by `failCgroupV1` (upstream's
+    /// "Failed to start ContainerManager" and configuration validation).
+    #[error("Failed to start ContainerManager: {0}")]
+    ContainerManager(#[source] kubelet_cm::CgroupError),
     /// The pod-resources socket cannot be served.
     #[error("Failed to start the pod-resources API server: {0}")]
     PodResources(#[source] kubelet_podresources::Error),

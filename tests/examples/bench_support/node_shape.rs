@@ -16,7 +16,8 @@ use kubelet_test_util::csi_driver::{CsiDriver, DriverConfig};
 /// The device plugin's resource.
 pub const RESOURCE: &str = "example.com/idle-dev";
 
-/// Writes kubeadm's config file (the cgroup driver is this host's, where
+/// Writes kubeadm's config file (the cgroup driver and `failCgroupV1: false`
+/// are this cgroup v1 host's, where
 /// kubeadm writes `systemd`), its CA, and the empty static pod directory;
 /// returns the kubelet's `--config` flag. `IDLE_BENCH_FLUSH_FREQUENCY`
 /// replaces kubeadm's `logging.flushFrequency: 0` (kubelet-rs before issue
@@ -52,6 +53,7 @@ clusterDomain: cluster.local
 containerRuntimeEndpoint: \"\"
 cpuManagerReconcilePeriod: 0s
 evictionPressureTransitionPeriod: 0s
+failCgroupV1: false
 fileCheckFrequency: 0s
 healthzBindAddress: 127.0.0.1
 httpCheckFrequency: 0s

@@ -172,6 +172,27 @@ impl RemoteRuntime {
         .map(drop)
     }
 
+    /// The runtime's Linux configuration (`RuntimeConfig`, CRI 1.28+): the
+    /// cgroup driver it uses. `None` from a runtime that does not implement
+    /// the call (containerd before 2.0, CRI `Unimplemented`).
+    pub async fn runtime_config(&self) -> Result<Option<pb::LinuxRuntimeConfiguration>> {
+        let mut c = self.runtime.clone();
+        match call(
+            "RuntimeConfig",
+            self.timeout,
+            c.runtime_config(request(pb::RuntimeConfigRequest {}, self.timeout)),
+        )
+        .await
+        {
+            Ok(r) => Ok(r.linux),
+            Err(CriError::Rpc {
+                code: tonic::Code::Unimplemented,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Image filesystem usage (`ImageFsInfo`).
     pub async fn image_fs_info(&self) -> Result<pb::ImageFsInfoResponse> {
         let mut c = self.image.clone();

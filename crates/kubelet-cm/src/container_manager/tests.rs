@@ -199,3 +199,145 @@ async fn orphaned_pod_cgroups_are_removed_and_running_ones_kept() {
             .is_dir()
     );
 }
+
+/// systemd for tests: records each call and makes or removes the slice's
+/// directory below a v2 mount, as systemd does.
+#[derive(Debug)]
+struct FakeSystemd {
+    mount: std::path::PathBuf,
+    calls: Mutex<Vec<(&'static str, String, Vec<crate::systemd_unit::UnitProperty>)>>,
+}
+
+impl FakeSystemd {
+    fn dir(&self, unit: &str) -> std::path::PathBuf {
+        let expanded = CgroupName::parse_systemd(unit).to_systemd();
+        self.mount.join(expanded.trim_start_matches('/'))
+    }
+
+    fn calls(&self, op: &str) -> Vec<String> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(o, _, _)| *o == op)
+            .map(|(_, u, _)| u.clone())
+            .collect()
+    }
+
+    fn props(&self, op: &str, unit: &str) -> Vec<crate::systemd_unit::UnitProperty> {
+        self.calls
+            .lock()
+            .iter()
+            .rev()
+            .find(|(o, u, _)| *o == op && u == unit)
+            .map(|(_, _, p)| p.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl SystemdUnits for FakeSystemd {
+    fn start_slice(
+        &self,
+        unit: &str,
+        props: &[crate::systemd_unit::UnitProperty],
+    ) -> Result<(), CgroupError> {
+        self.calls
+            .lock()
+            .push(("start", unit.into(), props.to_vec()));
+        std::fs::create_dir_all(self.dir(unit)).map_err(|source| CgroupError::Io {
+            path: self.dir(unit),
+            source,
+        })
+    }
+
+    fn set_properties(
+        &self,
+        unit: &str,
+        props: &[crate::systemd_unit::UnitProperty],
+    ) -> Result<(), CgroupError> {
+        self.calls.lock().push(("set", unit.into(), props.to_vec()));
+        Ok(())
+    }
+
+    fn stop_slice(&self, unit: &str) -> Result<(), CgroupError> {
+        self.calls.lock().push(("stop", unit.into(), vec![]));
+        let _ = std::fs::remove_dir_all(self.dir(unit));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn systemd_driver_makes_every_tier_a_slice_with_its_limits() {
+    use crate::systemd_unit::PropertyValue;
+    let mnt = tempfile::tempdir().expect("tempdir");
+    let subs = CgroupSubsystems::v2(mnt.path(), &["cpu", "memory", "pids"]);
+    let fake = Arc::new(FakeSystemd {
+        mount: mnt.path().to_path_buf(),
+        calls: Mutex::new(vec![]),
+    });
+    let mut c = cfg("/");
+    c.cgroup_driver = CgroupDriver::Systemd;
+    let cm = ContainerManager::with_units(c, subs, vec![], Some(fake.clone()));
+    assert!(cm.manages_cgroups());
+    let b = Arc::new(pod(
+        serde_json::json!({"metadata": {"uid": "b-1"}, "spec": {"containers": [
+        {"name": "a", "resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "64Mi"}}}]}}),
+    ));
+    cm.set_active_pods(Arc::new({
+        let b = b.clone();
+        move || vec![b.clone()]
+    }));
+    cm.start().await.expect("start");
+    assert_eq!(
+        fake.calls("start"),
+        [
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            "kubepods-besteffort.slice"
+        ]
+    );
+    // Node allocatable on kubepods.slice: 8Gi - 1Gi kube-reserved, 3.5 CPUs.
+    let kubepods = fake.props("start", "kubepods.slice");
+    assert!(
+        kubepods
+            .iter()
+            .any(|p| p.name == "MemoryMax" && p.value == PropertyValue::U64(7 << 30))
+    );
+    assert!(
+        kubepods
+            .iter()
+            .any(|p| p.name == "Wants" && p.value == PropertyValue::Strs(vec!["-.slice".into()]))
+    );
+    assert_eq!(
+        read(mnt.path().join("kubepods.slice/memory.max")),
+        "7516192768"
+    );
+    // The Burstable tier's weight is its pods' requests (250m -> 256 shares -> 10).
+    assert_eq!(
+        read(
+            mnt.path()
+                .join("kubepods.slice/kubepods-burstable.slice/cpu.weight")
+        ),
+        "10"
+    );
+    cm.ensure_exists(&b).await.expect("ensure");
+    let unit = "kubepods-burstable-podb_1.slice";
+    let props = fake.props("start", unit);
+    assert!(
+        props
+            .iter()
+            .any(|p| p.name == "MemoryMax" && p.value == PropertyValue::U64(64 << 20))
+    );
+    assert!(
+        props
+            .iter()
+            .any(|p| p.name == "CPUWeight" && p.value == PropertyValue::U64(10))
+    );
+    assert_eq!(read(fake.dir(unit).join("memory.max")), "67108864");
+    assert_eq!(cm.cgroup_parent(&b), unit);
+    // Adopted, not created again, when it exists.
+    cm.ensure_exists(&b).await.expect("ensure again");
+    assert_eq!(fake.calls("start").iter().filter(|u| *u == unit).count(), 1);
+    cm.destroy("b-1").await.expect("destroy");
+    assert_eq!(fake.calls("stop"), [unit]);
+    assert!(!fake.dir(unit).exists());
+}

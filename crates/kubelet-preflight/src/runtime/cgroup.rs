@@ -7,9 +7,11 @@
 //! `options.SystemdCgroup` (runc v2 shim) or plugin-level `systemdCgroup`
 //! (the v1 linux runtime) is the driver runc will use.
 //!
-//! kubelet-rs does not take the runtime's driver as upstream 1.31+ does: it
-//! uses `--cgroup-driver`, so a mismatch breaks every sandbox (runc refuses a
-//! cgroupfs path under systemd, and the reverse).
+//! kubelet-rs takes the runtime's driver as upstream does when the runtime
+//! answers (and `KubeletCgroupDriverFromCRI` is on, its default): the
+//! finding says which driver is in effect and where it came from. Otherwise
+//! it uses `cgroupDriver`, and a mismatch breaks every sandbox (runc refuses
+//! a cgroupfs path under systemd, and the reverse): an error.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -125,8 +127,31 @@ pub(super) fn from_status_info(
 }
 
 /// The finding: match (info), mismatch (error), or unknown (warning).
-pub(super) fn finding(ours: CgroupDriver, cri: FromCri, info: &HashMap<String, String>) -> Finding {
+pub(super) fn finding(
+    ours: CgroupDriver,
+    from_cri_gate: bool,
+    cri: FromCri,
+    info: &HashMap<String, String>,
+) -> Finding {
     let field = "cgroupDriver";
+    if let (true, FromCri::Driver(theirs)) = (from_cri_gate, &cri) {
+        let config = if *theirs == ours {
+            "the same as cgroupDriver".to_string()
+        } else {
+            format!(
+                "cgroupDriver {:?} in the kubelet config is not used",
+                ours.as_str()
+            )
+        };
+        return Finding::info(
+            Kind::CgroupDriver,
+            format!(
+                "cgroup driver {:?} in effect: the container runtime's, from CRI RuntimeConfig (KubeletCgroupDriverFromCRI); {config}",
+                theirs.as_str()
+            ),
+        )
+        .field(field);
+    }
     let (theirs, source) = match cri {
         FromCri::Driver(d) => (d, "CRI RuntimeConfig".to_string()),
         other => {
@@ -153,7 +178,7 @@ pub(super) fn finding(ours: CgroupDriver, cri: FromCri, info: &HashMap<String, S
         Finding::info(
             Kind::CgroupDriver,
             format!(
-                "cgroup driver {:?} matches the container runtime's (from {source})",
+                "cgroup driver {:?} matches the container runtime's (from {source}); in effect from the kubelet config (cgroupDriver)",
                 ours.as_str()
             ),
         )
@@ -220,6 +245,7 @@ mod tests {
         let i = info(r#"{"SystemdCgroup":false}"#, "io.containerd.runc.v2");
         let f = finding(
             CgroupDriver::Systemd,
+            false,
             FromCri::Driver(CgroupDriver::Systemd),
             &i,
         );
@@ -229,7 +255,7 @@ mod tests {
             "{}",
             f.message
         );
-        let f = finding(CgroupDriver::Systemd, FromCri::Unimplemented, &i);
+        let f = finding(CgroupDriver::Systemd, true, FromCri::Unimplemented, &i);
         assert_eq!((f.kind, f.severity), (Kind::CgroupDriver, Severity::Error));
         assert!(
             f.message.starts_with(
@@ -243,14 +269,43 @@ mod tests {
             "{}",
             f.message
         );
-        let f = finding(CgroupDriver::Cgroupfs, FromCri::Unimplemented, &i);
+        let f = finding(CgroupDriver::Cgroupfs, true, FromCri::Unimplemented, &i);
         assert_eq!(f.severity, Severity::Info);
+    }
+
+    #[test]
+    fn the_runtimes_answer_is_the_driver_in_effect() {
+        let i = info(r#"{"SystemdCgroup":true}"#, "io.containerd.runc.v2");
+        let f = finding(
+            CgroupDriver::Cgroupfs,
+            true,
+            FromCri::Driver(CgroupDriver::Systemd),
+            &i,
+        );
+        assert_eq!(
+            f.severity,
+            Severity::Info,
+            "the kubelet follows the runtime"
+        );
+        assert_eq!(
+            f.message,
+            "cgroup driver \"systemd\" in effect: the container runtime's, from CRI RuntimeConfig (KubeletCgroupDriverFromCRI); cgroupDriver \"cgroupfs\" in the kubelet config is not used"
+        );
+        // The gate off: the config's driver, and the mismatch is an error.
+        let f = finding(
+            CgroupDriver::Cgroupfs,
+            false,
+            FromCri::Driver(CgroupDriver::Systemd),
+            &i,
+        );
+        assert_eq!(f.severity, Severity::Error);
     }
 
     #[test]
     fn unknown_driver_is_a_warning() {
         let f = finding(
             CgroupDriver::Cgroupfs,
+            true,
             FromCri::Failed("boom".into()),
             &HashMap::new(),
         );

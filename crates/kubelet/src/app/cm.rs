@@ -10,11 +10,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubelet_cm::node_container_manager::{ENFORCE_PODS, PIDS, host_max_pids};
+use kubelet_cm::systemd_dbus::{DbusUnits, system_bus_address};
+use kubelet_cm::systemd_unit::SystemdUnits;
 use kubelet_cm::{CfsSettings, CgroupSubsystems, ContainerManager, NodeConfig};
 use kubelet_config::{KubeletConfig, SettingValue};
 use kubelet_node::nodestatus::machine::MachineInfo;
 use kubelet_runtime::RuntimeConfig;
 use kubelet_runtime::cgroups::PodCgroupsHandle;
+use kubelet_types::CgroupDriver;
 use kubelet_types::quantity::{Format, Quantity};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -122,11 +125,33 @@ pub async fn start(
             name: "/".into(),
             reason: e.to_string(),
         })?;
+    let subsystems = subsystems?;
+    if !subsystems.is_v2() && bool_setting(cfg, "failCgroupV1", false) {
+        let e = kubelet_cm::CgroupError::CgroupV1Refused;
+        error!(error = %e, "Failed to validate kubelet configuration");
+        return Err(e);
+    }
     let node = node_config(cfg, machine, max_pids);
-    let cm = Arc::new(ContainerManager::new(
+    // The systemd driver's slices are systemd units: without systemd's bus
+    // the kubelet cannot create them, and stops as upstream does.
+    let units: Option<Arc<dyn SystemdUnits>> = if node.cgroup_driver == CgroupDriver::Systemd
+        && node.cgroups_per_qos
+    {
+        match DbusUnits::connect(&system_bus_address()).await {
+            Ok(u) => Some(Arc::new(u)),
+            Err(e) => {
+                error!(error = %e, "Failed to start ContainerManager: the systemd cgroup driver needs systemd on the system bus");
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    let cm = Arc::new(ContainerManager::with_units(
         node.clone(),
-        subsystems?,
+        subsystems,
         hugepage_sizes.clone(),
+        units,
     ));
     if let Err(e) = cm.start().await {
         error!(error = %e, "Failed to start ContainerManager");

@@ -6,6 +6,7 @@
 
 mod admission;
 mod allocator;
+mod cgroup_driver;
 mod cluster;
 mod cm;
 mod container_gc;
@@ -123,13 +124,19 @@ pub struct Running {
 impl App {
     /// Opens the CRI client and binds the healthz port. An unreachable
     /// runtime is not fatal: the kubelet starts and waits for it.
-    pub async fn build(cfg: KubeletConfig) -> Result<Self, AppError> {
+    pub async fn build(mut cfg: KubeletConfig) -> Result<Self, AppError> {
         let eviction_thresholds = eviction::thresholds(&cfg).map_err(AppError::Eviction)?;
         let remote = RemoteRuntime::new(
             &cfg.container_runtime_endpoint,
             cfg.image_service_endpoint.as_deref(),
             cfg.runtime_request_timeout,
         )?;
+        let gate = cfg
+            .feature_gates
+            .get(cgroup_driver::GATE)
+            .copied()
+            .unwrap_or(true);
+        (cfg.cgroup_driver, _) = cgroup_driver::resolve(&remote, cfg.cgroup_driver, gate).await;
         // Read off the runtime: /proc, /sys and statvfs.
         let machine = MachineInfo::read(&cfg.root_dir).await;
         let allocatable = kubelet_node::nodestatus::setters::allocatable(
@@ -180,7 +187,7 @@ impl App {
         .map(|p| p as Arc<dyn kubelet_runtime::credentialprovider::ExternalCredentialProviders>);
         let container_manager = cm::start(&cfg, &machine, &mut rcfg)
             .await
-            .map_err(|_| AppError::Cluster("Failed to start ContainerManager"))?;
+            .map_err(AppError::ContainerManager)?;
         // Learn the runtime's name and version before any pod syncs; a runtime
         // that is down is retried by the runtime state's own loop.
         let runtime_state = Arc::new(RuntimeState::new(vec![]));
