@@ -80,6 +80,12 @@ pub enum CgroupError {
         "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release (set failCgroupV1: false in the kubelet config file, or --fail-cgroupv1=false, to run on this host)"
     )]
     CgroupV1Refused,
+    /// `singleProcessOOMKill: false` on a cgroup v1 host (upstream
+    /// `validateKubeletOSConfiguration`): v1 has no group OOM kill.
+    #[error(
+        "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
+    )]
+    GroupOomKillOnV1,
     /// systemd refused or did not finish an operation on a slice.
     #[error("systemd {op} of {unit}: {reason}")]
     Systemd {

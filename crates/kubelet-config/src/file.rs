@@ -126,6 +126,8 @@ const READ_BY_SUBSYSTEMS: &[&str] = &[
     "containerLogMonitorInterval",
     "imageMaximumGCAge",
     "shutdownGracePeriodByPodPriority",
+    // Read into settings (no flag spells it upstream).
+    "singleProcessOOMKill",
     // kubelet-rs only: where the node shutdown manager finds logind (the
     // system bus by default) and writes its logind drop-in.
     "shutdownSystemBusAddress",

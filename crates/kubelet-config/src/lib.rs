@@ -446,6 +446,13 @@ impl KubeletConfig {
                 .entry("failCgroupV1")
                 .or_insert(SettingValue::Bool(true));
         }
+        if let Some(b) = f
+            .other
+            .get("singleProcessOOMKill")
+            .and_then(|v| v.as_bool())
+        {
+            settings.insert("singleProcessOOMKill", SettingValue::Bool(b));
+        }
         let cluster = cluster::resolve(flags, f)?;
         let from_flags = settings::resolve_settings(flags, &empty)?;
         let server = server::resolve(

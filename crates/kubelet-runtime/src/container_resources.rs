@@ -3,7 +3,9 @@
 //! `GetHugepageLimitsFromResources`, with `cm/helpers_linux.go` and
 //! `qos/policy.go` from [`kubelet_cm`]): cpu shares, CFS quota and period,
 //! memory limit, huge page limits and the OOM score adjustment of one
-//! container. (Swap, MemoryQoS and pod-level resources are not done.)
+//! container, and `memory.oom.group` on cgroup v2 (the container is killed
+//! whole on OOM unless `singleProcessOOMKill`). (Swap, MemoryQoS and
+//! pod-level resources are not done.)
 
 use cri::pb;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -67,6 +69,10 @@ pub(crate) fn resources(
         out.cpu_period = period;
         out.cpu_quota = milli_cpu_to_quota(cpu_limit, period);
     }
+    if cfg.oom_group_kill {
+        out.unified
+            .insert("memory.oom.group".to_string(), "1".to_string());
+    }
     out
 }
 
@@ -89,6 +95,23 @@ mod tests {
 
     fn first(p: &Pod) -> &Container {
         &p.spec.as_ref().expect("spec").containers[0]
+    }
+
+    #[test]
+    fn cgroup_v2_containers_are_killed_whole_on_oom() {
+        let p = pod(
+            serde_json::json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}}),
+        );
+        assert!(resources(&cfg(), &p, first(&p)).unified.is_empty());
+        let v2 = RuntimeConfig {
+            oom_group_kill: true,
+            ..cfg()
+        };
+        let r = resources(&v2, &p, first(&p));
+        assert_eq!(
+            r.unified.get("memory.oom.group").map(String::as_str),
+            Some("1")
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct RuntimeConfig {
     /// pod's cgroup is made before its sandbox and removed with the pod.
     /// `None` (tests, tools): the runtime creates the cgroup path itself.
     pub pod_cgroups: Option<PodCgroupsHandle>,
+    /// Each container's cgroup is one OOM unit (`memory.oom.group`, CRI
+    /// `unified`): cgroup v2 without `singleProcessOOMKill` (upstream 1.32+).
+    pub oom_group_kill: bool,
     /// Node memory, for Burstable OOM score adjustment.
     pub machine_memory_bytes: i64,
     /// CRI runtime handler for sandboxes ("" = default).
@@ -71,6 +74,7 @@ impl Default for RuntimeConfig {
             cfs: CfsSettings::default(),
             hugepage_sizes: vec![],
             pod_cgroups: None,
+            oom_group_kill: false,
             machine_memory_bytes: 0,
             runtime_handler: String::new(),
             seccomp_default: false,

@@ -131,6 +131,17 @@ pub async fn start(
         error!(error = %e, "Failed to validate kubelet configuration");
         return Err(e);
     }
+    let single_process_oom_kill = match cfg.settings.get("singleProcessOOMKill") {
+        Some(SettingValue::Bool(b)) => Some(*b),
+        _ => None,
+    };
+    if !subsystems.is_v2() && single_process_oom_kill == Some(false) {
+        let e = kubelet_cm::CgroupError::GroupOomKillOnV1;
+        error!(error = %e, "Failed to validate kubelet configuration");
+        return Err(e);
+    }
+    // Upstream's default: group kill on v2, single process on v1.
+    rcfg.oom_group_kill = subsystems.is_v2() && !single_process_oom_kill.unwrap_or(false);
     let node = node_config(cfg, machine, max_pids);
     // The systemd driver's slices are systemd units: without systemd's bus
     // the kubelet cannot create them, and stops as upstream does.
