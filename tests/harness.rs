@@ -144,6 +144,12 @@ impl Node {
                 .push("fail-cgroupv1", "false")
                 .expect("--fail-cgroupv1");
         }
+        // The VM lane's containerd runs runc with the systemd driver (as
+        // kubeadm's nodes do): its job says so for the tests' kubelets.
+        if flags.cgroup_driver.is_none() && file.as_ref().is_none_or(|f| f.cgroup_driver.is_none())
+        {
+            flags.cgroup_driver = std::env::var("KUBELET_RS_TEST_CGROUP_DRIVER").ok();
+        }
         if flags.cgroup_root.is_none() && file.as_ref().is_none_or(|f| f.cgroup_root.is_none()) {
             flags.cgroup_root = lane::lane().cgroup_root.map(String::from);
         }

@@ -175,13 +175,15 @@ impl PodCgroups {
         found
     }
 
-    /// The pod's cgroup as the runtime's cgroup parent: the path for
-    /// cgroupfs, the slice unit for systemd.
+    /// The pod's cgroup as the runtime's cgroup parent (upstream
+    /// `GetPodCgroupParent`, `cgroupCommon.Name`): the path for cgroupfs, the
+    /// expanded slice path for systemd (containerd uses its last element as
+    /// runc's slice, and the whole path for the sandbox's stats).
     pub fn cgroup_parent(&self, p: &Pod) -> String {
         let name = self.pod_container_name(p);
         match self.cgroups.driver() {
             kubelet_types::CgroupDriver::Cgroupfs => name.to_cgroupfs(),
-            kubelet_types::CgroupDriver::Systemd => name.to_systemd_slice(),
+            kubelet_types::CgroupDriver::Systemd => name.to_systemd(),
         }
     }
 }
@@ -291,7 +293,10 @@ mod tests {
             serde_json::json!({"metadata": {"uid": "12-34"}, "spec": {"containers": [
             {"name": "a", "resources": {"requests": {"cpu": "1"}}}]}}),
         );
-        assert_eq!(m.cgroup_parent(&b), "kubepods-burstable-pod12_34.slice");
+        assert_eq!(
+            m.cgroup_parent(&b),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
+        );
         let paths = m.cgroups.paths(&m.pod_container_name(&b));
         assert_eq!(
             paths["cpu"],

@@ -35,8 +35,10 @@ pub fn qos_class(p: &Pod) -> &'static str {
 /// kubelet has one, else the same name computed here; "" (the runtime's
 /// default) without `cgroupsPerQOS`. Guaranteed pods sit directly under
 /// `kubepods`, the others under their class. For systemd this is the pod's
-/// slice unit (`kubepods-burstable-pod<uid_>.slice`), which containerd
-/// takes as the parent.
+/// slice as its expanded path (`/kubepods.slice/kubepods-burstable.slice/
+/// kubepods-burstable-pod<uid_>.slice`, upstream `cgroupCommon.Name`):
+/// containerd takes the last element as runc's slice, and loads the whole
+/// path for the sandbox's cgroup stats.
 pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
     if let Some(pcm) = &cfg.pod_cgroups {
         return pcm.0.cgroup_parent(p);
@@ -52,7 +54,7 @@ pub(crate) fn cgroup_parent(cfg: &RuntimeConfig, p: &Pod) -> String {
     };
     let name = parent.child(&format!("pod{}", pod::uid(p)));
     match cfg.cgroup_driver {
-        CgroupDriver::Systemd => name.to_systemd_slice(),
+        CgroupDriver::Systemd => name.to_systemd(),
         CgroupDriver::Cgroupfs => name.to_cgroupfs(),
     }
 }
@@ -480,7 +482,10 @@ mod tests {
         assert_eq!(qos_class(&g), "Guaranteed");
         let mut sd = cfg();
         sd.cgroup_driver = kubelet_types::CgroupDriver::Systemd;
-        assert_eq!(cgroup_parent(&sd, &g), "kubepods-podu_1.slice");
+        assert_eq!(
+            cgroup_parent(&sd, &g),
+            "/kubepods.slice/kubepods-podu_1.slice"
+        );
         let b = pod(serde_json::json!({"metadata": {"name": "a", "uid": "u"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}));
         assert_eq!(qos_class(&b), "Burstable");

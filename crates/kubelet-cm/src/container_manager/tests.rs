@@ -130,7 +130,10 @@ async fn systemd_and_no_qos_write_nothing() {
         serde_json::json!({"metadata": {"uid": "a-b"}, "spec": {"containers": [{"name": "a"}]}}),
     );
     cm.ensure_exists(&p).await.expect("ensure");
-    assert_eq!(cm.cgroup_parent(&p), "kubepods-besteffort-poda_b.slice");
+    assert_eq!(
+        cm.cgroup_parent(&p),
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda_b.slice"
+    );
     assert_eq!(std::fs::read_dir(mnt.path()).expect("read").count(), 0);
     c.cgroup_driver = CgroupDriver::Cgroupfs;
     c.cgroups_per_qos = false;
@@ -333,7 +336,10 @@ async fn systemd_driver_makes_every_tier_a_slice_with_its_limits() {
             .any(|p| p.name == "CPUWeight" && p.value == PropertyValue::U64(10))
     );
     assert_eq!(read(fake.dir(unit).join("memory.max")), "67108864");
-    assert_eq!(cm.cgroup_parent(&b), unit);
+    assert_eq!(
+        cm.cgroup_parent(&b),
+        format!("/kubepods.slice/kubepods-burstable.slice/{unit}")
+    );
     // Adopted, not created again, when it exists.
     cm.ensure_exists(&b).await.expect("ensure again");
     assert_eq!(fake.calls("start").iter().filter(|u| *u == unit).count(), 1);
