@@ -71,6 +71,36 @@ pub fn kubepods_under(controller: &std::path::Path) -> PathBuf {
     controller.join(root).join("kubepods")
 }
 
+/// The memory cgroup directory of a pod of `tier` ("" for Guaranteed,
+/// `burstable`, `besteffort`) on this host: the v1 memory hierarchy or the
+/// v2 tree, named as the cgroup driver the tests' kubelets use
+/// (`KUBELET_RS_TEST_CGROUP_DRIVER`, the VM lane's `systemd`; else cgroupfs
+/// below this lane's cgroup root).
+pub fn pod_memory_cgroup(tier: &str, uid: &str) -> PathBuf {
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let base = if v1.is_dir() {
+        v1
+    } else {
+        std::path::Path::new("/sys/fs/cgroup")
+    };
+    if std::env::var("KUBELET_RS_TEST_CGROUP_DRIVER").as_deref() == Ok("systemd") {
+        let mut dir = base.join("kubepods.slice");
+        let mut prefix = "kubepods".to_string();
+        if !tier.is_empty() {
+            prefix = format!("kubepods-{tier}");
+            dir = dir.join(format!("{prefix}.slice"));
+        }
+        return dir.join(format!("{prefix}-pod{}.slice", uid.replace('-', "_")));
+    }
+    let kubepods = kubepods_under(base);
+    let tier_dir = if tier.is_empty() {
+        kubepods
+    } else {
+        kubepods.join(tier)
+    };
+    tier_dir.join(format!("pod{uid}"))
+}
+
 /// A loopback port nothing listens on right now, from this lane's own range
 /// (lane 1: 20000-24999, lane 2: 25000-29999), below the kernel's ephemeral
 /// range (32768 and up) that every `:0` bind draws from: a port picked here

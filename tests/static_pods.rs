@@ -150,16 +150,7 @@ async fn removing_the_manifest_stops_containers_and_the_sandbox() -> anyhow::Res
         .await?;
     assert_eq!(node.sandboxes().await.len(), 1);
     let uid = node.uid_of("gone").ctx("uid")?;
-    // cgroup v1 (these machines) has a memory hierarchy; v2 has one tree.
-    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
-    let base = if v1.is_dir() {
-        v1
-    } else {
-        std::path::Path::new("/sys/fs/cgroup")
-    };
-    let cg = kubelet_rs_integration::lane::kubepods_under(base)
-        .join("besteffort")
-        .join(format!("pod{uid}"));
+    let cg = kubelet_rs_integration::lane::pod_memory_cgroup("besteffort", &uid);
     assert!(
         cg.is_dir(),
         "pod cgroup {} exists while running",
