@@ -87,8 +87,9 @@ for f in disk.img vmlinuz initrd.img; do [ -f "$image/$f" ] || die "$image/$f is
 
 # 4. The test binaries.
 target_dir="$(realpath -m "${CARGO_TARGET_DIR:-$repo/target}")"
-tests=() # "name<TAB>executable<TAB>args"
+tests=() # "name<TAB>KEY=VALUE words<TAB>args"
 envs=()
+lane2=0
 if [ $shell -eq 0 ]; then
   while read -r first rest; do
     case "$first" in
@@ -97,7 +98,17 @@ if [ $shell -eq 0 ]; then
       [[ "$rest" == *=* ]] || die "$set_file: 'env $rest' is not KEY=VALUE"
       envs+=("$rest")
       ;;
-    *) tests+=("$first"$'\t'"$rest") ;;
+    lane2) lane2=1 ;;
+    *)
+      # KEY=VALUE words before the test name are that run's own environment.
+      tenv=
+      while [[ "$first" == *=* ]]; do
+        tenv="${tenv:+$tenv }$first"
+        read -r first rest <<<"$rest"
+      done
+      [ -n "$first" ] || die "$set_file: a line with no test name"
+      tests+=("$first"$'\t'"$tenv"$'\t'"$rest")
+      ;;
     esac
   done < <(sed 's/[[:space:]]#.*$//' "$set_file")
   [ ${#tests[@]} -gt 0 ] || die "$set_file lists no tests"
@@ -106,6 +117,7 @@ if [ $shell -eq 0 ]; then
   if [ "$BUILD" = 1 ]; then
     args=()
     for t in "${tests[@]}"; do args+=(--test "${t%%$'\t'*}"); done
+    mapfile -t args < <(printf '%s\n' "${args[@]}" | awk 'NR % 2 == 1 { flag = $0; next } !seen[$0]++ { print flag; print }')
     log "building ${args[*]} (cargo test --no-run)"
     json="$(cd "$repo" && cargo test -p kubelet-rs-integration "${args[@]}" --no-run --message-format=json)" ||
       die "cargo test --no-run failed"
@@ -114,22 +126,29 @@ if [ $shell -eq 0 ]; then
         sed -n 's/.*"target":{"kind":\["test"\][^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1\t\2/p'
     )
   fi
-  resolved=()
+  resolved=() # "label<TAB>executable<TAB>KEY=VALUE words or -<TAB>args"
+  declare -A seen=()
   for t in "${tests[@]}"; do
     n=${t%%$'\t'*}
-    rest=${t#*$'\t'}
+    r=${t#*$'\t'}
+    tenv=${r%%$'\t'*}
+    rest=${r#*$'\t'}
     e=${exe[$n]:-}
     if [ -z "$e" ]; then
       # The newest built test executable of that name (cargo names them <name>-<16 hex>).
-      e="$(find "$target_dir/debug/deps" -maxdepth 1 -type f -perm -u+x -regex ".*/$n-[0-9a-f]\{16\}" \
-        -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -n1 | cut -d' ' -f2-)"
+      e="$(find "$target_dir/debug/deps" -maxdepth 1 -type f -perm -u+x -name "$n-*" \
+        -printf '%T@ %p\n' 2>/dev/null | grep -E "/$n-[0-9a-f]{16}\$" | sort -rn | head -n1 | cut -d' ' -f2- || true)"
     fi
     [ -n "$e" ] && [ -x "$e" ] ||
       die "no test executable for '$n': cargo test -p kubelet-rs-integration --test $n --no-run"
     e="$(realpath "$e")"
     case "$e" in "$repo"/* | "$target_dir"/*) ;; *) die "$e is outside the shared $repo and $target_dir" ;; esac
-    log "test $n: $e $rest"
-    resolved+=("$n"$'\t'"$e"$'\t'"$rest")
+    # A test listed again (say with another lane) gets its own label.
+    seen[$n]=$((${seen[$n]:-0} + 1))
+    label=$n
+    [ "${seen[$n]}" -eq 1 ] || label="$n-${seen[$n]}"
+    log "test $label: ${tenv:+$tenv }$e $rest"
+    resolved+=("$label"$'\t'"$e"$'\t'"${tenv:--}"$'\t'"$rest")
   done
 fi
 
@@ -144,6 +163,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
 mkdir -p "$work/job"
 target_shared=1
 case "$target_dir/" in "$repo"/*) target_shared=0 ;; esac
@@ -157,6 +177,8 @@ SUITE='$suite'
 SET='$set_name'
 TEST_THREADS=$THREADS
 TEST_TIMEOUT=$TEST_TIMEOUT
+LANE2=$lane2
+JOB_DEADLINE=$((TIMEOUT > 240 ? TIMEOUT - 90 : TIMEOUT * 2 / 3))
 ENV
   printf '%s\n' "${resolved[@]}" >"$work/job/tests.list"
   printf '%s\n' "${envs[@]+"${envs[@]}"}" >"$work/job/env.list"
@@ -190,7 +212,11 @@ fi
 if [ $shell -eq 1 ]; then
   log "booting $suite ($image) with its console here; the workspace is the 9p tag kws:"
   log "  mount -t 9p -o trans=virtio,version=9p2000.L,ro kws $repo      (Ctrl-A x quits)"
-  "${qemu[@]}"
+  # A child (not exec) so that the overlay is removed after; stdin stays the terminal.
+  "${qemu[@]}" <&0 &
+  qpid=$!
+  wait "$qpid" || true
+  qpid=
   exit 0
 fi
 
@@ -231,7 +257,8 @@ for t in "${resolved[@]}"; do
   n=${t%%$'\t'*}
   rc="$(cat "$results/tests/$n.rc" 2>/dev/null || echo none)"
   echo "-- $n (exit $rc)"
-  grep -h '^test result:' "$results/tests/$n.stdout" 2>/dev/null | sed 's/^/   /' || echo "   (no test result)"
+  res="$(grep -h '^test result:' "$results/tests/$n.stdout" 2>/dev/null || true)"
+  if [ -n "$res" ]; then sed 's/^/   /' <<<"$res"; else echo "   (no test result)"; fi
   [ "$rc" = 0 ] || failed=1
 done
 job_s=

@@ -42,7 +42,8 @@ kresults	/mnt/results	9p	$opts9p,rw,nofail	0 0
 FSTAB
 printf '9p\n9pnet\n9pnet_virtio\n' >"$root/etc/modules-load.d/9p.conf"
 
-# Network: DHCP from qemu's user network (networkd is its own package from trixie on).
+# Network: DHCP from qemu's user network (trixie and sid ship networkd in the
+# systemd package; installed separately should a suite split it out).
 if [ ! -x "$root/usr/lib/systemd/systemd-networkd" ] && [ ! -x "$root/lib/systemd/systemd-networkd" ]; then
   log "installing systemd-networkd (not part of the systemd package in $suite)"
   in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd-networkd >&2

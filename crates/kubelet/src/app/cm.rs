@@ -5,8 +5,8 @@
 //! allocatable and the QoS tiers, hands pod cgroups to the runtime manager,
 //! and keeps the tiers current while the kubelet runs.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kubelet_cm::node_container_manager::{ENFORCE_PODS, PIDS, host_max_pids};
@@ -175,6 +175,61 @@ pub async fn start(
     Ok(cm)
 }
 
+/// Orphaned pod cgroups, for the sync loop's housekeeping (upstream
+/// `cleanupOrphanedPodCgroups`): a pod whose volumes are still on disk
+/// (`<root-dir>/pods/<uid>/volumes` not empty) is kept, as upstream keeps it
+/// until its volumes are cleaned up.
+pub struct Orphans {
+    cm: Arc<ContainerManager>,
+    pods_dir: PathBuf,
+}
+
+/// The orphan cleanup when the kubelet manages pod cgroups.
+pub fn orphans(
+    cm: &Arc<ContainerManager>,
+    root_dir: &Path,
+) -> Option<Arc<dyn crate::sync_loop::OrphanPodCgroups>> {
+    cm.manages_cgroups().then(|| {
+        Arc::new(Orphans {
+            cm: cm.clone(),
+            pods_dir: root_dir.join("pods"),
+        }) as Arc<dyn crate::sync_loop::OrphanPodCgroups>
+    })
+}
+
+/// UIDs under `pods_dir` whose `volumes` directory has anything in it.
+fn pods_with_volumes(pods_dir: &Path) -> HashSet<String> {
+    let Ok(entries) = std::fs::read_dir(pods_dir) else {
+        return HashSet::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read_dir(e.path().join("volumes")).is_ok_and(|mut d| d.next().is_some())
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl crate::sync_loop::OrphanPodCgroups for Orphans {
+    async fn cleanup(&self, mut possibly_running: HashSet<String>) {
+        let dir = self.pods_dir.clone();
+        match tokio::task::spawn_blocking(move || pods_with_volumes(&dir)).await {
+            Ok(with_volumes) => possibly_running.extend(with_volumes),
+            // Without knowing, remove nothing this pass.
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot list pod volume directories");
+                return;
+            }
+        }
+        let removed = self.cm.cleanup_orphaned_pod_cgroups(possibly_running).await;
+        if !removed.is_empty() {
+            tracing::info!(pods = ?removed, "Removed orphaned pod cgroups");
+        }
+    }
+}
+
 /// Keeps the QoS tiers current with the desired pods and enforces node
 /// allocatable, until `stop`.
 pub fn spawn(
@@ -198,6 +253,17 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_with_volumes_on_disk_are_kept() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let pods = root.path().join("pods");
+        std::fs::create_dir_all(pods.join("a/volumes/kubernetes.io~empty-dir/x")).expect("a");
+        std::fs::create_dir_all(pods.join("b/volumes")).expect("b");
+        std::fs::create_dir_all(pods.join("c")).expect("c");
+        assert_eq!(pods_with_volumes(&pods), HashSet::from(["a".to_string()]));
+        assert!(pods_with_volumes(&root.path().join("none")).is_empty());
+    }
 
     #[test]
     fn settings_map_to_the_node_config_with_upstream_defaults() {

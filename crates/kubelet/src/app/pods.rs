@@ -139,6 +139,8 @@ pub(super) struct Pipeline<'a> {
     /// Tokens for credential providers in token mode: given the token
     /// manager here.
     pub credential_tokens: Arc<crate::credential_tokens::KubeletTokens>,
+    /// Orphaned pod cgroups (see [`super::cm::Orphans`]).
+    pub orphan_cgroups: Option<Arc<dyn crate::sync_loop::OrphanPodCgroups>>,
 }
 
 /// Handles to the running pipeline.
@@ -297,6 +299,7 @@ impl Pipeline<'_> {
             rejected: Default::default(),
             probes,
             probe_updates: crate::sync_loop::ProbeUpdates::subscribe(&self.probe_results),
+            orphan_cgroups: self.orphan_cgroups,
         };
         let sync_loop = spawn_in(
             tasks,

@@ -113,7 +113,24 @@ pub struct SyncLoop {
     pub probes: Arc<dyn ProbeManager>,
     /// Changed probe results.
     pub probe_updates: ProbeUpdates,
+    /// Removes the cgroups of pods that are definitely not running
+    /// (upstream `cleanupOrphanedPodCgroups`); `None` without `cgroupsPerQOS`.
+    pub orphan_cgroups: Option<Arc<dyn OrphanPodCgroups>>,
 }
+
+/// Upstream `Kubelet.cleanupOrphanedPodCgroups`: the pod cgroups on disk
+/// whose pods are not in `possibly_running` are removed (what is left in
+/// them killed first).
+#[async_trait::async_trait]
+pub trait OrphanPodCgroups: Send + Sync {
+    /// One pass.
+    async fn cleanup(&self, possibly_running: HashSet<String>);
+}
+
+/// Housekeeping passes between two orphaned pod cgroup cleanups: upstream
+/// cleans at every pass (2 s); here every 30 s, one directory listing per
+/// QoS tier, so that an idle node stays quiet (nothing waits for it).
+const ORPHAN_CGROUP_PASSES: u32 = 15;
 
 /// The streams of changed probe results (upstream `livenessManager.Updates()`,
 /// `readinessManager.Updates()`, `startupManager.Updates()`).
@@ -344,7 +361,7 @@ impl SyncLoop {
 
     /// Upstream `HandlePodCleanups`: stop and remove runtime pods nobody wants;
     /// forget workers of pods that are gone.
-    async fn housekeeping(&self) {
+    async fn housekeeping(&self, pass: u32) {
         self.workers.gc_backoff();
         if !self.sources_ready.all_handled() {
             return;
@@ -390,6 +407,21 @@ impl SyncLoop {
                 self.workers.forget(&uid);
             }
         }
+        if let Some(orphans) = &self.orphan_cgroups
+            && pass.is_multiple_of(ORPHAN_CGROUP_PASSES)
+        {
+            // Possibly running: desired pods (rejected ones never ran), what
+            // the runtime still has, and pods whose worker has not finished.
+            let mut keep = possibly_running;
+            keep.extend(runtime.keys().cloned());
+            keep.extend(
+                self.workers
+                    .uids()
+                    .into_iter()
+                    .filter(|u| !self.workers.is_removed(u)),
+            );
+            orphans.cleanup(keep).await;
+        }
     }
 
     /// Runs until `stop`.
@@ -398,6 +430,7 @@ impl SyncLoop {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut hk = tokio::time::interval(HOUSEKEEPING_PERIOD);
         hk.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut passes: u32 = 0;
         // No heartbeat before the runtime's first ready answer, as upstream
         // (`syncLoopMonitor` is stored only past `runtimeErrors`): /healthz
         // stays healthy while a node boots with its runtime still down.
@@ -432,7 +465,10 @@ impl SyncLoop {
                 Some(u) = self.probe_updates.readiness.recv() => self.handle_probe(ProbeKind::Readiness, u),
                 Some(u) = self.probe_updates.startup.recv() => self.handle_probe(ProbeKind::Startup, u),
                 _ = tick.tick() => self.handle_tick(),
-                _ = hk.tick() => self.housekeeping().await,
+                _ = hk.tick() => {
+                    self.housekeeping(passes).await;
+                    passes = passes.wrapping_add(1);
+                }
             }
         }
     }

@@ -172,6 +172,7 @@ fn start_admitting(admitter: crate::lifecycle::PodAdmitter) -> Harness {
         rejected: HashSet::new(),
         probes: h.probes.clone(),
         probe_updates: ProbeUpdates::subscribe(&h.results),
+        orphan_cgroups: None,
     };
     tokio::spawn(sync_loop.run(h.stop.clone()));
     h
