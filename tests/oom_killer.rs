@@ -8,6 +8,13 @@
 //! cgroup v1 host the same container keeps running, only dd is killed:
 //! this test asserts that instead (upstream's v1 default, single process).
 //! Runs on the host (v1) and in the VM lane (v2).
+//!
+//! The reason is the runtime's (upstream's kubelet copies the CRI status):
+//! containerd 1.7 on cgroup v2 reports a group OOM kill as `Error` with exit
+//! code 137 (seen in the VM: the kernel logs the kill "due to
+//! memory.oom.group set", containerd 1.7.24 missed the OOM event), where
+//! containerd 1.6 on v1 and 2.x on v2 say `OOMKilled`. On that runtime the
+//! test takes either reason, still with 137 and the pod Failed, and says so.
 
 use std::time::Duration;
 
@@ -40,11 +47,14 @@ fn target_pod(name: &str, script: &str, init: bool) -> String {
     )
 }
 
-/// `verifyReasonForOOMKilledContainer`: Terminated, `OOMKilled`, 137.
-fn oom_killed(c: Option<&ContainerStatus>) -> bool {
+/// `verifyReasonForOOMKilledContainer`: Terminated, `OOMKilled` (or one of
+/// `reasons` where the runtime misses group OOM kills), 137.
+fn oom_killed(c: Option<&ContainerStatus>, reasons: &[&str]) -> bool {
     c.and_then(|c| c.state.as_ref())
         .and_then(|s| s.terminated.as_ref())
-        .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled") && t.exit_code == 137)
+        .is_some_and(|t| {
+            t.reason.as_deref().is_some_and(|r| reasons.contains(&r)) && t.exit_code == 137
+        })
 }
 
 fn failed(s: &PodStatus) -> bool {
@@ -54,6 +64,19 @@ fn failed(s: &PodStatus) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn containers_over_their_memory_limit_are_oom_killed() {
     let node = Node::start(|_| {}).await;
+    let runtime = kubelet_rs_integration::require_runtime().await;
+    let version = cri::RuntimeService::version(&runtime)
+        .await
+        .expect("version")
+        .runtime_version;
+    // containerd 1.7 on v2 may miss the OOM event of a group kill (a race
+    // with the exit): OOMKilled or Error, always 137.
+    let reason: &[&str] = if v2() && version.starts_with("1.7.") {
+        eprintln!("containerd {version} on cgroup v2: a group OOM kill may be reported as Error");
+        &["OOMKilled", "Error"]
+    } else {
+        &["OOMKilled"]
+    };
     // The single process container: dd asks for a 20M block under 15Mi.
     node.write_manifest(
         "single.yaml",
@@ -80,18 +103,18 @@ async fn containers_over_their_memory_limit_are_oom_killed() {
         ),
     );
     node.wait_status("oom-single", T, "OOMKilled and Failed", |s| {
-        oom_killed(container(s, "oomkill-target-container")) && failed(s)
+        oom_killed(container(s, "oomkill-target-container"), reason) && failed(s)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     node.wait_status("oom-init", T, "init OOMKilled and Failed", |s| {
-        oom_killed(init_container(s, "oomkill-target-container")) && failed(s)
+        oom_killed(init_container(s, "oomkill-target-container"), reason) && failed(s)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     if v2() {
         node.wait_status("oom-multi", T, "OOMKilled as a whole", |s| {
-            oom_killed(container(s, "oomkill-target-container")) && failed(s)
+            oom_killed(container(s, "oomkill-target-container"), reason) && failed(s)
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
