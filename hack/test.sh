@@ -81,6 +81,8 @@ setsid bash -c '
 vmlane=$!
 tail -n +1 -F --pid=$vmlane "$logvm" 2>/dev/null | sed -u 's/^/[vm] /' &
 followvm=$!
+# An interrupted run takes the VM lane (its own process group) down with it.
+trap 'kill -- -$vmlane 2>/dev/null || true; kill $followvm 2>/dev/null || true' EXIT
 
 log119=/tmp/kubelet-rs-test-1.19.log
 rm -f "$log119.rc"

@@ -233,7 +233,17 @@ async fn vm_v2_qos_and_pod_cgroups_match_upstreams_formulas() {
         ),
     );
     node.write_manifest("be.yaml", &manifest("besteffort", ""));
-    for n in ["guaranteed", "burstable", "besteffort"] {
+    // A limit that is not whole percent of a CPU: systemd keeps the quota
+    // in whole percent, so with its driver the file gets the rounded-up
+    // quota too (opencontainers/cgroups `addCPUQuota`), with cgroupfs as is.
+    node.write_manifest(
+        "r.yaml",
+        &manifest(
+            "rounded",
+            "    resources:\n      requests: {cpu: 100m}\n      limits: {cpu: 155m}\n",
+        ),
+    );
+    for n in ["guaranteed", "burstable", "besteffort", "rounded"] {
         node.wait_status(n, Duration::from_secs(180), "running", |s| {
             is_running(s, "c")
         })
@@ -289,11 +299,23 @@ async fn vm_v2_qos_and_pod_cgroups_match_upstreams_formulas() {
         );
         ids.push((name, id, pod));
     }
-    // The Burstable tier's weight is its pods' requests (100m), set before
-    // the pod's cgroup (UpdateCgroups in qos_container_manager_linux.go).
+    let uid = node.uid_of("rounded").expect("uid");
+    let (pod, unit) = layout.pod("burstable", &uid);
+    let quota = milli_cpu_to_quota(155);
+    let quota = if systemd {
+        (quota * 1_000_000 / PERIOD + 9_999) / 10_000 * 10_000 * PERIOD / 1_000_000
+    } else {
+        quota
+    };
+    assert_eq!(read(&pod.join("cpu.max")), format!("{quota} {PERIOD}"));
+    if systemd {
+        assert_eq!(unit_property(&unit, "CPUQuotaPerSecUSec"), "160ms");
+    }
+    // The Burstable tier's weight is its pods' requests (100m + 100m), set
+    // before the pod's cgroup (UpdateCgroups in qos_container_manager_linux.go).
     assert_eq!(
         read(&layout.tier("burstable").join("cpu.weight")),
-        cpu_weight(milli_cpu_to_shares(100)).to_string()
+        cpu_weight(milli_cpu_to_shares(200)).to_string()
     );
 
     // A restart adopts what runs: same containers, same cgroups and values.

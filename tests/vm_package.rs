@@ -100,6 +100,17 @@ async fn wait<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The PID of the container's task in containerd, if it runs: the same PID
+/// after a kubelet restart is the same process, never restarted.
+fn task_pid(container_id: &str) -> Option<String> {
+    let id = container_id.rsplit("://").next()?;
+    sh("ctr", &["-n", "k8s.io", "tasks", "ls"])
+        .lines()
+        .find(|l| l.starts_with(id) && l.contains("RUNNING"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(String::from)
+}
+
 async fn wait_active(not_pid: &str) -> String {
     wait("kubelet.service active again", || {
         let pid = unit("MainPID");
@@ -164,6 +175,7 @@ async fn vm_package_runs_under_systemd_and_keeps_containers() {
     let mirror = format!("web-{node}");
     let (id, restarts) = wait("the static pod running", || mirror_container(&api, &mirror)).await;
     assert_eq!(restarts, 0);
+    let task = task_pid(&id).expect("the container's task runs");
     let journal = sh(
         "journalctl",
         &["-u", "kubelet.service", "--no-pager", "-o", "cat"],
@@ -186,6 +198,7 @@ async fn vm_package_runs_under_systemd_and_keeps_containers() {
         Some((id.clone(), 0)),
         "after systemctl restart"
     );
+    assert_eq!(task_pid(&id), Some(task.clone()), "after systemctl restart");
 
     // SIGKILL: Restart=always brings it back (RestartSec=10), containers untouched.
     sh("kill", &["-9", &pid]);
@@ -194,6 +207,11 @@ async fn vm_package_runs_under_systemd_and_keeps_containers() {
     assert_eq!(
         mirror_container(&api, &mirror),
         Some((id.clone(), 0)),
+        "after SIGKILL and Restart=always"
+    );
+    assert_eq!(
+        task_pid(&id),
+        Some(task),
         "after SIGKILL and Restart=always"
     );
 

@@ -19,7 +19,7 @@ use tracing::debug;
 use crate::CgroupError;
 use crate::cgroup_name::CgroupName;
 use crate::helpers::{cpu_shares_to_weight, hugepage_unit_size};
-use crate::systemd_unit::{SystemdUnits, apply_properties, resource_properties};
+use crate::systemd_unit::{SystemdUnits, apply_properties, resource_properties, systemd_cpu_quota};
 
 /// Controllers whose directories must exist for a cgroup to exist on v1
 /// (upstream `cgroupV1impl.Validate`'s allow list; `hugetlb` when mounted).
@@ -287,10 +287,16 @@ impl CgroupManager {
     /// `Create`: runc's `Apply(-1)` then `Set`). A failed `Set` is logged,
     /// as upstream does, not returned.
     pub fn create(&self, name: &CgroupName, rc: &ResourceConfig) -> Result<(), CgroupError> {
-        if let Some(units) = self.units_for(name) {
-            let props = apply_properties(name, rc, self.subsystems.is_v2());
-            units.start_slice(&name.to_systemd_slice(), &props)?;
-        }
+        let rounded;
+        let rc = match self.units_for(name) {
+            Some(units) => {
+                let props = apply_properties(name, rc, self.subsystems.is_v2());
+                units.start_slice(&name.to_systemd_slice(), &props)?;
+                rounded = systemd_rounded(rc);
+                &rounded
+            }
+            None => rc,
+        };
         for (ctl, dir) in self.paths(name) {
             create_dir(&dir)?;
             if ctl == "cpuset" && !self.subsystems.is_v2() {
@@ -308,10 +314,16 @@ impl CgroupManager {
 
     /// Writes `rc` into the cgroup's files (upstream `Update`).
     pub fn update(&self, name: &CgroupName, rc: &ResourceConfig) -> Result<(), CgroupError> {
-        if let Some(units) = self.units_for(name) {
-            let props = resource_properties(rc, self.subsystems.is_v2());
-            units.set_properties(&name.to_systemd_slice(), &props)?;
-        }
+        let rounded;
+        let rc = match self.units_for(name) {
+            Some(units) => {
+                let props = resource_properties(rc, self.subsystems.is_v2());
+                units.set_properties(&name.to_systemd_slice(), &props)?;
+                rounded = systemd_rounded(rc);
+                &rounded
+            }
+            None => rc,
+        };
         let paths = self.paths(name);
         if self.subsystems.is_v2() {
             let Some(dir) = paths.values().next() else {
@@ -425,6 +437,15 @@ impl CgroupManager {
         }
         Ok(())
     }
+}
+
+/// `rc` with the CPU quota systemd keeps (see [`systemd_cpu_quota`]).
+fn systemd_rounded(rc: &ResourceConfig) -> ResourceConfig {
+    let mut out = rc.clone();
+    if let Some(q) = rc.cpu_quota {
+        out.cpu_quota = Some(systemd_cpu_quota(q, rc.cpu_period.unwrap_or(0)));
+    }
+    out
 }
 
 fn limit_text(v: i64) -> String {

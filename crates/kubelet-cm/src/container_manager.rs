@@ -29,8 +29,9 @@ use crate::qos_container_manager::{PERIODIC_UPDATE_INTERVAL, QosContainerManager
 use crate::systemd_unit::SystemdUnits;
 use crate::{CgroupError, CgroupSubsystems, reason};
 
-/// Deadline of one cgroup operation.
-const OP_DEADLINE: Duration = Duration::from_secs(30);
+/// Deadline of one cgroup operation (a systemd slice operation ends within
+/// 15 s, two of them in one operation within 30 s).
+const OP_DEADLINE: Duration = Duration::from_secs(45);
 /// Wait between attempts to enforce node allocatable (upstream: a minute).
 const ENFORCE_RETRY: Duration = Duration::from_secs(60);
 

@@ -28,9 +28,11 @@ const NO_SUCH_UNIT: &str = "org.freedesktop.systemd1.NoSuchUnit";
 /// The system bus when `DBUS_SYSTEM_BUS_ADDRESS` is not set (sd-bus's default).
 const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
 /// Deadline of the connection and of one method call.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a start or stop job may take (runc waits 30 s).
-const JOB_TIMEOUT: Duration = Duration::from_secs(30);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a slice's start or stop job may take (runc waits 30 s for any
+/// unit; a slice has no process to start or stop). With [`CALL_TIMEOUT`],
+/// one operation ends well within the container manager's deadline.
+const JOB_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between two looks at a unit's state while its job runs.
 const JOB_POLL: Duration = Duration::from_millis(20);
 
@@ -176,8 +178,11 @@ async fn wait_state(
         if done(state.as_deref()) {
             return Ok(());
         }
-        if state.as_deref() == Some("failed") {
-            return Err(err("the unit failed".into()));
+        match state.as_deref() {
+            Some("failed") => return Err(err("the unit failed".into())),
+            // Only a start waits for a state an unloaded unit never reaches.
+            None => return Err(err("the unit is not loaded".into())),
+            _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(err(format!(
@@ -207,7 +212,28 @@ impl SystemdUnits for DbusUnits {
                     wait_state(&conn, &name, "StartTransientUnit", |s| s == Some("active")).await?;
                     Ok(false)
                 }
-                Err(e) if is_error(&e, UNIT_EXISTS) => Ok(true),
+                Err(e) if is_error(&e, UNIT_EXISTS) => {
+                    // Stopped but not unloaded yet (a pod back with its UID):
+                    // start it again, as its scopes would.
+                    let state = active_state(&conn, &name).await.ok().flatten();
+                    if state.as_deref() != Some("active") {
+                        call(
+                            &conn,
+                            OBJECT,
+                            MANAGER,
+                            "StartUnit",
+                            &(name.as_str(), "replace"),
+                        )
+                        .await
+                        .map_err(|e| CgroupError::Systemd {
+                            unit: name.clone(),
+                            op: "StartUnit",
+                            reason: e.to_string(),
+                        })?;
+                        wait_state(&conn, &name, "StartUnit", |s| s == Some("active")).await?;
+                    }
+                    Ok(true)
+                }
                 Err(e) => Err(CgroupError::Systemd {
                     unit: name,
                     op: "StartTransientUnit",

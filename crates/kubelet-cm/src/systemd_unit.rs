@@ -155,6 +155,31 @@ fn cpu_quota_properties(quota: i64, period: u64) -> Vec<UnitProperty> {
     out
 }
 
+/// The CFS quota as systemd keeps it (whole percent of a CPU, rounded up),
+/// in µs per `period`: what the cgroup files get too, so that systemd
+/// rewriting them (a `daemon-reload`) changes nothing (current
+/// opencontainers/cgroups `addCPUQuota` does the same). Unlimited and zero
+/// quotas are as given.
+pub fn systemd_cpu_quota(quota: i64, period: u64) -> i64 {
+    let Ok(q) = u64::try_from(quota) else {
+        return quota;
+    };
+    if q == 0 {
+        return quota;
+    }
+    let period = if period == 0 {
+        DEFAULT_CPU_QUOTA_PERIOD
+    } else {
+        period
+    };
+    let per_sec = q.saturating_mul(1_000_000) / period;
+    if per_sec.is_multiple_of(10_000) {
+        return quota;
+    }
+    let per_sec = (per_sec / 10_000 + 1) * 10_000;
+    i64::try_from(per_sec.saturating_mul(period) / 1_000_000).unwrap_or(quota)
+}
+
 /// `-1` (and any negative) is no limit.
 fn limit(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(INFINITY)
@@ -260,6 +285,11 @@ mod tests {
             Some(&PropertyValue::U64(INFINITY))
         );
         assert!(cpu_quota_properties(0, 0).is_empty());
+        // 155m: 15500 µs per 100 ms is 15.5%, kept as 16%: the file gets 16000.
+        assert_eq!(systemd_cpu_quota(15_500, 100_000), 16_000);
+        assert_eq!(systemd_cpu_quota(20_000, 100_000), 20_000);
+        assert_eq!(systemd_cpu_quota(-1, 100_000), -1);
+        assert_eq!(systemd_cpu_quota(1000, 100_000), 1000);
         let rc = ResourceConfig {
             memory: Some(-1),
             pids_limit: Some(-1),

@@ -181,6 +181,13 @@ impl GenericPleg {
         self.state.lock().pods.clone()
     }
 
+    /// Whether a relist has succeeded: before it, [`Self::runtime_pods`] is
+    /// empty, not the runtime's answer. (The pods are stored before the
+    /// relist time, so once this is true they are the runtime's.)
+    pub fn has_relisted(&self) -> bool {
+        self.last_relist.lock().is_some()
+    }
+
     /// Healthy while a relist succeeded within [`RELIST_THRESHOLD`] (counted from start before the first).
     pub fn healthy(&self) -> Result<(), String> {
         let since = self.last_relist.lock().unwrap_or(self.started);
@@ -264,7 +271,7 @@ impl GenericPleg {
             pod.states
                 .insert(c.id.clone(), ContainerState::from_cri(c.state));
         }
-        *self.last_relist.lock() = Some(Instant::now());
+        let relisted_at = Instant::now();
 
         let mut per_pod: Vec<(String, String, String, Vec<PodLifecycleEvent>)> = Vec::new();
         {
@@ -295,6 +302,7 @@ impl GenericPleg {
                 }
             }
             st.pods = Arc::new(current);
+            *self.last_relist.lock() = Some(relisted_at);
         }
         let n = per_pod.len();
         for (uid, name, ns, evs) in per_pod {

@@ -103,6 +103,24 @@ pub fn node_config(
     }
 }
 
+/// Upstream `validateKubeletOSConfiguration` on this host's cgroup version:
+/// cgroup v1 refused with `failCgroupV1`, `singleProcessOOMKill: false`
+/// refused on v1. Returns whether containers are OOM-killed as a group
+/// (upstream's default: on v2 unless `singleProcessOOMKill`).
+fn validate_os_config(v2: bool, cfg: &KubeletConfig) -> Result<bool, kubelet_cm::CgroupError> {
+    if !v2 && bool_setting(cfg, "failCgroupV1", false) {
+        return Err(kubelet_cm::CgroupError::CgroupV1Refused);
+    }
+    let single_process_oom_kill = match cfg.settings.get("singleProcessOOMKill") {
+        Some(SettingValue::Bool(b)) => Some(*b),
+        _ => None,
+    };
+    if !v2 && single_process_oom_kill == Some(false) {
+        return Err(kubelet_cm::CgroupError::GroupOomKillOnV1);
+    }
+    Ok(v2 && !single_process_oom_kill.unwrap_or(false))
+}
+
 /// Builds and starts the container manager, and points `rcfg` at it
 /// (pod cgroups, CFS settings, huge page sizes, `cgroupsPerQOS`). An error
 /// stops the kubelet, as upstream's "Failed to start ContainerManager".
@@ -126,22 +144,13 @@ pub async fn start(
             reason: e.to_string(),
         })?;
     let subsystems = subsystems?;
-    if !subsystems.is_v2() && bool_setting(cfg, "failCgroupV1", false) {
-        let e = kubelet_cm::CgroupError::CgroupV1Refused;
-        error!(error = %e, "Failed to validate kubelet configuration");
-        return Err(e);
-    }
-    let single_process_oom_kill = match cfg.settings.get("singleProcessOOMKill") {
-        Some(SettingValue::Bool(b)) => Some(*b),
-        _ => None,
+    rcfg.oom_group_kill = match validate_os_config(subsystems.is_v2(), cfg) {
+        Ok(group) => group,
+        Err(e) => {
+            error!(error = %e, "Failed to validate kubelet configuration");
+            return Err(e);
+        }
     };
-    if !subsystems.is_v2() && single_process_oom_kill == Some(false) {
-        let e = kubelet_cm::CgroupError::GroupOomKillOnV1;
-        error!(error = %e, "Failed to validate kubelet configuration");
-        return Err(e);
-    }
-    // Upstream's default: group kill on v2, single process on v1.
-    rcfg.oom_group_kill = subsystems.is_v2() && !single_process_oom_kill.unwrap_or(false);
     let node = node_config(cfg, machine, max_pids);
     // The systemd driver's slices are systemd units: without systemd's bus
     // the kubelet cannot create them, and stops as upstream does.
@@ -182,17 +191,24 @@ pub async fn start(
 pub struct Orphans {
     cm: Arc<ContainerManager>,
     pods_dir: PathBuf,
+    tasks: TaskTracker,
+    /// One pass at a time: a slow systemd does not stack passes up.
+    running: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The orphan cleanup when the kubelet manages pod cgroups.
+/// The orphan cleanup when the kubelet manages pod cgroups; its passes run
+/// on `tasks`.
 pub fn orphans(
     cm: &Arc<ContainerManager>,
     root_dir: &Path,
+    tasks: &TaskTracker,
 ) -> Option<Arc<dyn crate::sync_loop::OrphanPodCgroups>> {
     cm.manages_cgroups().then(|| {
         Arc::new(Orphans {
             cm: cm.clone(),
             pods_dir: root_dir.join("pods"),
+            tasks: tasks.clone(),
+            running: Arc::default(),
         }) as Arc<dyn crate::sync_loop::OrphanPodCgroups>
     })
 }
@@ -214,19 +230,26 @@ fn pods_with_volumes(pods_dir: &Path) -> HashSet<String> {
 #[async_trait::async_trait]
 impl crate::sync_loop::OrphanPodCgroups for Orphans {
     async fn cleanup(&self, mut possibly_running: HashSet<String>) {
-        let dir = self.pods_dir.clone();
-        match tokio::task::spawn_blocking(move || pods_with_volumes(&dir)).await {
-            Ok(with_volumes) => possibly_running.extend(with_volumes),
-            // Without knowing, remove nothing this pass.
-            Err(e) => {
-                tracing::warn!(error = %e, "Cannot list pod volume directories");
-                return;
+        use std::sync::atomic::Ordering;
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (dir, cm, running) = (self.pods_dir.clone(), self.cm.clone(), self.running.clone());
+        let pass = async move {
+            match tokio::task::spawn_blocking(move || pods_with_volumes(&dir)).await {
+                Ok(with_volumes) => {
+                    possibly_running.extend(with_volumes);
+                    let removed = cm.cleanup_orphaned_pod_cgroups(possibly_running).await;
+                    if !removed.is_empty() {
+                        tracing::info!(pods = ?removed, "Removed orphaned pod cgroups");
+                    }
+                }
+                // Without knowing, remove nothing this pass.
+                Err(e) => tracing::warn!(error = %e, "Cannot list pod volume directories"),
             }
-        }
-        let removed = self.cm.cleanup_orphaned_pod_cgroups(possibly_running).await;
-        if !removed.is_empty() {
-            tracing::info!(pods = ?removed, "Removed orphaned pod cgroups");
-        }
+            running.store(false, Ordering::Release);
+        };
+        spawn_in(&self.tasks, info_span!("orphaned_pod_cgroups"), pass);
     }
 }
 
@@ -253,6 +276,45 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup_v1_and_group_oom_kill_are_validated_as_upstream() {
+        use kubelet_cm::CgroupError;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+        )
+        .expect("write");
+        let flags = kubelet_config::Flags::default();
+        let flags_only = KubeletConfig::resolve(&flags, None, "n1").expect("config");
+        let loaded = kubelet_config::KubeletConfiguration::load(&file)
+            .expect("file")
+            .0;
+        let with_file = KubeletConfig::resolve(&flags, Some(&loaded), "n1").expect("config");
+        // A config file refuses cgroup v1 by default since 1.35; flags alone do not.
+        assert!(matches!(
+            validate_os_config(false, &with_file),
+            Err(CgroupError::CgroupV1Refused)
+        ));
+        assert_eq!(validate_os_config(false, &flags_only).ok(), Some(false));
+        // Group OOM kill: v2's default, never on v1.
+        assert_eq!(validate_os_config(true, &with_file).ok(), Some(true));
+        let mut single = flags_only.clone();
+        single
+            .settings
+            .insert("singleProcessOOMKill", SettingValue::Bool(true));
+        assert_eq!(validate_os_config(true, &single).ok(), Some(false));
+        single
+            .settings
+            .insert("singleProcessOOMKill", SettingValue::Bool(false));
+        assert!(matches!(
+            validate_os_config(false, &single),
+            Err(CgroupError::GroupOomKillOnV1)
+        ));
+        assert_eq!(validate_os_config(true, &single).ok(), Some(true));
+    }
 
     #[test]
     fn pods_with_volumes_on_disk_are_kept() {

@@ -319,7 +319,7 @@ impl App {
             pressure: pressure.clone(),
             devices: self.devices.manager.clone(),
             credential_tokens: self.credential_tokens.clone(),
-            orphan_cgroups: cm::orphans(&self.container_manager, &cfg.root_dir),
+            orphan_cgroups: cm::orphans(&self.container_manager, &cfg.root_dir, &tasks),
         };
         let running = pipeline.spawn(pods, &tasks, &stop);
         let device_manager = self.devices.manager.clone();

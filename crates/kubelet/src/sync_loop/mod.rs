@@ -75,12 +75,21 @@ impl Heartbeat {
 pub trait Pleg: Send + Sync {
     /// Pods the runtime had at the last relist, by UID.
     async fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>>;
+    /// Whether [`Self::runtime_pods`] is the runtime's answer yet (a relist
+    /// succeeded), not the empty map of a PLEG that never listed.
+    fn has_relisted(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait::async_trait]
 impl Pleg for GenericPleg {
     async fn runtime_pods(&self) -> Arc<HashMap<String, RuntimePod>> {
         GenericPleg::runtime_pods(self)
+    }
+
+    fn has_relisted(&self) -> bool {
+        GenericPleg::has_relisted(self)
     }
 }
 
@@ -123,7 +132,8 @@ pub struct SyncLoop {
 /// them killed first).
 #[async_trait::async_trait]
 pub trait OrphanPodCgroups: Send + Sync {
-    /// One pass.
+    /// Starts one pass and returns (upstream destroys in goroutines): the
+    /// loop never waits for cgroup IO or systemd.
     async fn cleanup(&self, possibly_running: HashSet<String>);
 }
 
@@ -407,8 +417,12 @@ impl SyncLoop {
                 self.workers.forget(&uid);
             }
         }
+        // Never before the PLEG listed the runtime: a pod nobody wants may
+        // still run there, and destroying its cgroup would kill it without
+        // its grace period (its worker stops it first).
         if let Some(orphans) = &self.orphan_cgroups
-            && pass.is_multiple_of(ORPHAN_CGROUP_PASSES)
+            && pass.wrapping_add(1).is_multiple_of(ORPHAN_CGROUP_PASSES)
+            && self.pleg.has_relisted()
         {
             // Possibly running: desired pods (rejected ones never ran), what
             // the runtime still has, and pods whose worker has not finished.
