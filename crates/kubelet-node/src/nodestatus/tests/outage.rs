@@ -300,10 +300,13 @@ async fn a_hung_runtime_does_not_keep_node_status_from_being_posted() {
     *health.runtime_error.write() = Some("container runtime is down: injected".into());
     let before = status_patches(&c);
     tokio::time::sleep(period + Duration::from_secs(5)).await;
-    assert_eq!(
-        status_patches(&c) - before,
-        1,
-        "NotReady posted within an interval"
+    // One NotReady post in the interval; a post of the previous interval
+    // may still be on its way to the apiserver (a real socket, which paused
+    // time does not wait for) when `before` is read, and count here too.
+    let posted = status_patches(&c) - before;
+    assert!(
+        (1..=2).contains(&posted),
+        "NotReady posted within an interval: {posted} posts"
     );
     let (status, reason, _) = ready(&c);
     assert_eq!(
